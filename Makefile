@@ -1,0 +1,58 @@
+# leasecron: `make demo` and `make test` work on a fresh machine; each installs what it needs.
+# The control-plane binaries are built once from the Go module proxy and cached outside the
+# repository (see e2e/controlplane/build.sh); the virtual environment lives in .venv.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SECONDS ?= 60
+PYTEST_ARGS ?=
+
+.PHONY: all venv controlplane lint test unit integration demo bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "[make] installing leasecron and its dev extras into $(VENV)"
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+controlplane:
+	@bash e2e/controlplane/build.sh >/dev/null
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+test: venv controlplane
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+integration: venv controlplane
+	$(BIN)/pytest tests/integration e2e $(PYTEST_ARGS)
+
+demo: venv controlplane
+	$(BIN)/leasecron demo --seconds $(SECONDS)
+
+bench: venv controlplane
+	$(BIN)/leasecron bench handover --json
+	$(BIN)/leasecron bench failover --json
+	$(BIN)/leasecron bench ticks --replicas 5 --jobs 1 --ticks 200 --json
+	$(BIN)/leasecron bench ticks --replicas 5 --jobs 1000 --ticks 3 --json
+	$(BIN)/leasecron bench operator --jobs 1000 --json
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache build *.egg-info operator/*.egg-info

@@ -1,0 +1,1 @@
+"""The demo: a local control plane, three replicas of the example app, a live view."""

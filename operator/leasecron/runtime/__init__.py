@@ -1,0 +1,1 @@
+"""The in-pod scheduler: handler registry, tick dispatch per bucket, membership."""

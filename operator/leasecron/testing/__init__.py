@@ -1,0 +1,1 @@
+"""Public test helpers: a throwaway local control plane and pytest fixtures for it."""
