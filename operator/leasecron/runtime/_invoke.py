@@ -1,0 +1,144 @@
+"""Running one handler call: a coroutine function as an asyncio task, a plain function in the
+scheduler's thread pool, both with the run's structlog context bound.
+
+Owns starting, interrupting (set `ctx.lost`; cancel the task of an async handler) and waiting
+for a handler, bounded by a grace period. It does not decide outcomes or write records; the
+dispatchers do, from the `HandlerEnd` returned here. What it cannot promise: to stop a sync
+handler that ignores `ctx.lost`. After the grace period its thread is abandoned (left
+running, no longer waited for) and the end is reported as `abandoned`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from leasecron._metrics import RUN_DURATION, START_LAG
+from leasecron.models.clocks import Clock
+from leasecron.models.names import format_tick
+from leasecron.runtime._context import JobContext
+from leasecron.runtime._registry import RegisteredHandler
+
+
+@dataclass(frozen=True)
+class HandlerEnd:
+    """How a handler call ended. `error` is the exception it raised (never the CancelledError
+    of our own interruption); `interrupted` is True when we asked it to stop before it ended;
+    `abandoned` is True when it had not ended after the grace period."""
+
+    error: BaseException | None
+    interrupted: bool
+    abandoned: bool
+    duration: float
+
+
+def log_fields(ctx: JobContext) -> dict[str, Any]:
+    """The fields every log line about this run carries."""
+    return {
+        "job": ctx.job,
+        "namespace": ctx.namespace,
+        "tick": format_tick(ctx.tick),
+        "holder": ctx.holder,
+        "token": ctx.token,
+    }
+
+
+class HandlerRun:
+    """One call of a handler. `start()` once, then `wait()` or `stop()`."""
+
+    def __init__(
+        self, handler: RegisteredHandler, ctx: JobContext, *, executor: Executor, clock: Clock
+    ) -> None:
+        self.handler = handler
+        self.ctx = ctx
+        self._executor = executor
+        self._clock = clock
+        self._task: asyncio.Task[HandlerEnd] | None = None
+        self._interrupted = False
+        self._started = 0.0
+
+    def start(self, *, observe_lag: bool = True) -> None:
+        """Start the call (in the running loop). Records START_LAG when `observe_lag`."""
+        if self._task is not None:
+            raise RuntimeError("a HandlerRun starts once")
+        self._started = self._clock.monotonic()
+        if observe_lag:
+            lag = (self._clock.now() - self.ctx.tick).total_seconds()
+            START_LAG.labels(self.ctx.namespace, self.ctx.job, self.ctx.bucket).observe(
+                max(0.0, lag)
+            )
+        self._task = asyncio.get_running_loop().create_task(
+            self._call(), name=f"leasecron handler {self.ctx.job}"
+        )
+
+    @property
+    def done(self) -> bool:
+        return self._task is not None and self._task.done()
+
+    def interrupt(self) -> None:
+        """Ask the handler to stop: set `ctx.lost`; cancel the task of an async handler."""
+        self.ctx.lost.set()
+        if self._task is None or self._task.done():
+            return
+        self._interrupted = True
+        if self.handler.is_async:
+            self._task.cancel()
+
+    async def wait(self, within: float | None = None) -> HandlerEnd | None:
+        """The end of the call, or None when `within` seconds pass first."""
+        task = self._require_task()
+        done, _ = await asyncio.wait([task], timeout=within)
+        return task.result() if done else None
+
+    async def stop(self, *, grace: float) -> HandlerEnd:
+        """Interrupt, wait up to `grace` seconds, then give up on it (abandoned)."""
+        self.interrupt()
+        end = await self.wait(grace)
+        if end is not None:
+            return end
+        task = self._require_task()
+        task.cancel()
+        await asyncio.wait([task], timeout=1.0)
+        self.ctx.logger.warning("handler did not stop within the grace period", grace=grace)
+        return HandlerEnd(error=None, interrupted=True, abandoned=True, duration=self._elapsed())
+
+    def _require_task(self) -> asyncio.Task[HandlerEnd]:
+        if self._task is None:
+            raise RuntimeError("HandlerRun.start() was not called")
+        return self._task
+
+    def _elapsed(self) -> float:
+        return max(0.0, self._clock.monotonic() - self._started)
+
+    async def _call(self) -> HandlerEnd:
+        error: BaseException | None = None
+        try:
+            with structlog.contextvars.bound_contextvars(**log_fields(self.ctx)):
+                await self._invoke()
+        except asyncio.CancelledError:
+            if not self._interrupted:
+                raise
+        except (Exception, SystemExit) as e:
+            error = e
+        duration = self._elapsed()
+        RUN_DURATION.labels(self.ctx.namespace, self.ctx.job, self.ctx.bucket).observe(duration)
+        return HandlerEnd(
+            error=error, interrupted=self._interrupted, abandoned=False, duration=duration
+        )
+
+    async def _invoke(self) -> None:
+        fn, ctx = self.handler.fn, self.ctx
+        if self.handler.is_async:
+            result = fn(ctx)
+        else:
+            call = functools.partial(contextvars.copy_context().run, fn, ctx)
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        if inspect.isawaitable(result):
+            await result

@@ -1,0 +1,117 @@
+"""Pure tick planning for one job (DESIGN §5 steps 7-8): which tick to wait for next, which
+ticks to run and which to record as `Missed` once a claim is held, and the per-tick jitter.
+
+No I/O and no clock of its own: `now` is passed in, so unit tests drive it with a FakeClock.
+It does not claim anything: the claim (with the Lease's recorded tick as the high-water mark)
+is what makes these plans safe to compute on every replica at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from leasecron.models.names import format_tick
+from leasecron.models.schedules import Schedule
+from leasecron.models.specs import CatchUpPolicy
+
+MISSED_RECORD_LIMIT = 10
+"""At most this many `Missed` JobRuns are written for one claim (the newest ticks); older
+missed ticks are only logged and counted."""
+_EPSILON = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class NextTick:
+    """The tick to act on next. `catch_up` is True when the tick is already past its starting
+    deadline and is run only because the job's catchUp policy says so."""
+
+    tick: datetime
+    catch_up: bool = False
+
+
+@dataclass(frozen=True)
+class TickPlan:
+    """What the holder of the claim for `claimed` does: run `run` in order (the claimed tick
+    last) and record `missed` as Missed. `more_missed` counts missed ticks too old to record."""
+
+    claimed: datetime
+    run: tuple[datetime, ...]
+    missed: tuple[datetime, ...]
+    more_missed: bool = False
+
+
+def next_tick(
+    schedule: Schedule,
+    *,
+    now: datetime,
+    after: datetime,
+    starting_deadline: timedelta | None,
+    catch_up: CatchUpPolicy,
+) -> NextTick:
+    """The tick to dispatch or wait for, given the last tick this replica handled (`after`,
+    or the job's creation time before the first one).
+
+    The first tick after `after` when it is still ahead. Otherwise this replica fell behind
+    (it started, or came back from an outage): the latest tick at or before `now` if it can
+    still start (step 8), or as a catch-up run when the policy is Latest or All (step 7);
+    else the next tick after `now`, and the ticks in between are missed.
+    """
+    upcoming = schedule.next_after(after)
+    if upcoming > now:
+        return NextTick(upcoming)
+    latest = schedule.latest_at_or_before(now)
+    if latest is None or latest <= after:
+        return NextTick(schedule.next_after(now))
+    if starting_deadline is None or now <= latest + starting_deadline:
+        return NextTick(latest)
+    if catch_up in (CatchUpPolicy.LATEST, CatchUpPolicy.ALL):
+        return NextTick(latest, catch_up=True)
+    return NextTick(schedule.next_after(now))
+
+
+def plan_claimed(
+    schedule: Schedule,
+    *,
+    claimed: datetime,
+    previous: datetime | None,
+    not_before: datetime | None,
+    catch_up: CatchUpPolicy,
+    max_ticks: int,
+    record_limit: int = MISSED_RECORD_LIMIT,
+) -> TickPlan:
+    """Step 7: with the claim for `claimed` held and `previous` the tick the Lease recorded
+    before it (the high-water mark; None for a first claim, then ticks after `not_before`,
+    the job's creation, count), decide what runs and what is recorded as Missed.
+
+    None and Latest run only `claimed`; All first runs the newest `max_ticks` missed ticks in
+    order. Every other tick in between is missed.
+    """
+    lower = previous if previous is not None else not_before
+    if lower is None or lower >= claimed:
+        return TickPlan(claimed=claimed, run=(claimed,), missed=())
+    catching = max(0, max_ticks) if catch_up is CatchUpPolicy.ALL else 0
+    window = catching + max(0, record_limit)
+    between = schedule.ticks_between(lower, claimed - _EPSILON, limit=window + 1, newest=True)
+    more = len(between) > window
+    between = between[-window:] if window else []
+    ran = between[len(between) - catching :] if catching else []
+    missed = between[: len(between) - len(ran)]
+    return TickPlan(claimed=claimed, run=(*ran, claimed), missed=tuple(missed), more_missed=more)
+
+
+def jitter_delay(job: str, tick: datetime, jitter: timedelta) -> float:
+    """Seconds to wait after `tick` before acting on it: spread over [0, jitter), the same on
+    every replica for one job and tick, so the ranking of replicas is kept."""
+    span = jitter.total_seconds()
+    if span <= 0:
+        return 0.0
+    digest = hashlib.sha256(f"{job}\x00{format_tick(tick)}".encode()).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2**64
+    return fraction * span
+
+
+def tick_key(job: str, tick: datetime) -> str:
+    """The rendezvous key of one tick of a job."""
+    return f"{job}/{format_tick(tick)}"
