@@ -1,0 +1,143 @@
+"""Lock and election configuration: immutable values that validate themselves when built.
+
+Owns `LockConfig` (once-per-tick claims, ShedLock's lockAtMostFor / lockAtLeastFor) and
+`ElectionConfig` (single-owner jobs and group leaders, client-go's LeaseDuration /
+RenewDeadline / RetryPeriod), and `ConfigError`, whose message names the field the way the
+ScheduledJob spec spells it and shows the offending value.
+
+Durations are accepted as `timedelta`, seconds (int/float) or Go-style strings (`15m`), and
+stored as `timedelta`. It does not decide anything about Leases; `decisions` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from leasecron.models.durations import DurationError, format_duration, parse_duration
+from leasecron.models.leases import whole_seconds
+
+JITTER_FACTOR = 1.2
+"""client-go's leader election requires renewDeadline > JitterFactor * retryPeriod."""
+
+DurationLike = timedelta | float | int | str
+
+
+class ConfigError(ValueError):
+    """A lock or election setting that cannot work; the message names the field and value."""
+
+
+def to_timedelta(field: str, value: object) -> timedelta:
+    """Normalise a DurationLike, naming `field` in the error."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ConfigError(f"{field} ({value!r}) must be a duration")
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except DurationError as exc:
+            raise ConfigError(f"{field}: {exc}") from exc
+    raise ConfigError(f"{field} ({value!r}) must be a duration")
+
+
+def _show(value: timedelta) -> str:
+    return format_duration(value)
+
+
+def _require_positive(field: str, value: timedelta) -> None:
+    if value <= timedelta(0):
+        raise ConfigError(f"{field} ({_show(value)}) must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockConfig:
+    """How long a once-per-tick claim may be held (atMostFor), how long it is held at least
+    (atLeastFor) and whether it is kept alive while the handler runs."""
+
+    at_most_for: timedelta
+    at_least_for: timedelta = timedelta(0)
+    keep_alive: bool = True
+
+    def __post_init__(self) -> None:
+        at_most = to_timedelta("atMostFor", self.at_most_for)
+        at_least = to_timedelta("atLeastFor", self.at_least_for)
+        object.__setattr__(self, "at_most_for", at_most)
+        object.__setattr__(self, "at_least_for", at_least)
+        _require_positive("atMostFor", at_most)
+        if at_least < timedelta(0):
+            raise ConfigError(f"atLeastFor ({_show(at_least)}) must not be negative")
+        if at_least > at_most:
+            raise ConfigError(
+                f"atLeastFor ({_show(at_least)}) must not exceed atMostFor ({_show(at_most)})"
+            )
+
+    @property
+    def lease_duration_s(self) -> int:
+        """atMostFor as the Lease's leaseDurationSeconds (whole seconds, rounded up)."""
+        return whole_seconds(self.at_most_for.total_seconds())
+
+    @property
+    def renew_interval_s(self) -> float:
+        """Keep-alive renews every atMostFor / 3."""
+        return self.at_most_for.total_seconds() / 3
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> LockConfig:
+        """From the ScheduledJob's `lock` block (`atMostFor`, `atLeastFor`, `keepAlive`)."""
+        return cls(
+            at_most_for=to_timedelta("atMostFor", spec.get("atMostFor", "15m")),
+            at_least_for=to_timedelta("atLeastFor", spec.get("atLeastFor", 0)),
+            keep_alive=bool(spec.get("keepAlive", True)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElectionConfig:
+    """client-go's election timing: a leader renews every retryPeriod and stops leading when
+    it has not renewed for renewDeadline; a standby takes over after leaseDuration without a
+    change to the Lease. Requires leaseDuration > renewDeadline > 1.2 * retryPeriod."""
+
+    lease_duration: timedelta = timedelta(seconds=15)
+    renew_deadline: timedelta = timedelta(seconds=10)
+    retry_period: timedelta = timedelta(seconds=2)
+
+    def __post_init__(self) -> None:
+        lease = to_timedelta("leaseDuration", self.lease_duration)
+        renew = to_timedelta("renewDeadline", self.renew_deadline)
+        retry = to_timedelta("retryPeriod", self.retry_period)
+        object.__setattr__(self, "lease_duration", lease)
+        object.__setattr__(self, "renew_deadline", renew)
+        object.__setattr__(self, "retry_period", retry)
+        _require_positive("leaseDuration", lease)
+        _require_positive("renewDeadline", renew)
+        _require_positive("retryPeriod", retry)
+        if lease <= renew:
+            raise ConfigError(
+                f"leaseDuration ({_show(lease)}) must be greater than "
+                f"renewDeadline ({_show(renew)})"
+            )
+        jittered = retry * JITTER_FACTOR
+        if renew <= jittered:
+            raise ConfigError(
+                f"renewDeadline ({_show(renew)}) must be greater than "
+                f"{JITTER_FACTOR:g} × retryPeriod ({_show(retry)} = {_show(jittered)})"  # noqa: RUF001
+            )
+
+    @property
+    def lease_duration_s(self) -> int:
+        """leaseDuration as leaseDurationSeconds (whole seconds, rounded up)."""
+        return whole_seconds(self.lease_duration.total_seconds())
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> ElectionConfig:
+        """From the ScheduledJob's `election` block."""
+        return cls(
+            lease_duration=to_timedelta("leaseDuration", spec.get("leaseDuration", "15s")),
+            renew_deadline=to_timedelta("renewDeadline", spec.get("renewDeadline", "10s")),
+            retry_period=to_timedelta("retryPeriod", spec.get("retryPeriod", "2s")),
+        )

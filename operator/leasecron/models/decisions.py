@@ -1,0 +1,308 @@
+"""Pure coordination decisions (DESIGN §5): given what this replica has observed of a Lease,
+what to write, if anything. No I/O and no clocks of their own: every time is passed in.
+
+Owns the once-per-tick claim, keep-alive renew and release (atLeastFor), the election step
+(acquire / renew / stand by, and when a leader must step down) and rendezvous ranking, which
+picks one preferred replica per key so that only it writes at once and the others wait.
+
+Expiry is never judged from the timestamps in the Lease (other replicas' clocks): a grant
+expires `leaseDurationSeconds` after this replica first observed the record unchanged, on its
+own monotonic clock, as client-go does. A record whose duration is unknown or corrupt is
+treated as live for the caller's own configured duration (the conservative choice). These
+functions decide; they do not promise the write will succeed: the conditional write (with the
+observed resourceVersion) is what makes a decision taken on a stale view harmless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from leasecron.models.configs import ElectionConfig, LockConfig
+from leasecron.models.leases import RELEASED_DURATION_S, LeaseRecord, whole_seconds
+
+SKIP_TAKEN = "taken"
+SKIP_LIVE_GRANT = "live_grant"
+SKIP_DEADLINE = "deadline"
+FUTURE_TICK_LIMIT = timedelta(days=1)
+"""A recorded tick further than this ahead of our wall clock cannot come from a sane replica;
+it is ignored (the record is corrupt) rather than blocking the job until that date."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    """A Lease record and the local monotonic time this replica first saw that version."""
+
+    record: LeaseRecord
+    observed_at: float
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Do not claim; `reason` is one of the SKIP_* names (the SKIPS metric label)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Write `record` (create when `create`, else PUT with record.resource_version)."""
+
+    record: LeaseRecord
+    create: bool
+
+    @property
+    def token(self) -> int:
+        return self.record.transitions
+
+
+@dataclass(frozen=True)
+class Write:
+    """A conditional PUT of `record` (renew of our own grant)."""
+
+    record: LeaseRecord
+
+
+@dataclass(frozen=True)
+class Release:
+    """A conditional PUT of `record`; `free_at` is the local monotonic time after which the
+    Lease is free (None: `record` frees it now)."""
+
+    record: LeaseRecord
+    free_at: float | None
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The Lease no longer shows our grant: nothing may be written."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Acquire:
+    """Election: take the Lease (create when absent), a new term."""
+
+    record: LeaseRecord
+    create: bool
+
+
+@dataclass(frozen=True)
+class Renew:
+    """Election: renew our own term."""
+
+    record: LeaseRecord
+
+
+@dataclass(frozen=True)
+class StandBy:
+    """Election: someone else holds a live grant; look again at `until` (local monotonic),
+    or sooner when the Lease changes."""
+
+    holder: str
+    until: float
+
+
+def expires_at(observation: Observation, *, fallback_s: float) -> float:
+    """Local monotonic time at which the observed grant expires if nothing changes."""
+    duration = observation.record.lease_duration_s
+    return observation.observed_at + (duration if duration is not None else fallback_s)
+
+
+def grant_live(observation: Observation | None, *, now_mono: float, fallback_s: float) -> bool:
+    """True while the observed Lease has a holder and has not expired by local time."""
+    if observation is None or observation.record.free:
+        return False
+    return now_mono < expires_at(observation, fallback_s=fallback_s)
+
+
+def _recorded_tick(record: LeaseRecord, now_wall: datetime) -> datetime | None:
+    if record.tick is not None and record.tick > now_wall + FUTURE_TICK_LIMIT:
+        return None
+    return record.tick
+
+
+def decide_claim(
+    *,
+    current: Observation | None,
+    tick: datetime,
+    identity: str,
+    config: LockConfig,
+    now_mono: float,
+    now_wall: datetime,
+    name: str,
+    namespace: str,
+    starting_deadline: timedelta | None = None,
+) -> Skip | Claim:
+    """Once-per-tick claim of `tick`, DESIGN §5 steps 1, 8, 2, 3 in that order."""
+    record = current.record if current is not None else None
+    # 1. The Lease already records this tick or a later one: taken. This, not atLeastFor,
+    #    stops a replica whose wall clock runs late from running a tick again.
+    recorded = _recorded_tick(record, now_wall) if record is not None else None
+    if recorded is not None and recorded >= tick:
+        return Skip(SKIP_TAKEN)
+    # 8. Past tick + startingDeadline nobody starts the tick.
+    if starting_deadline is not None and now_wall > tick + starting_deadline:
+        return Skip(SKIP_DEADLINE)
+    # 2. A live grant (the previous run is still going, or held for atLeastFor): a job never
+    #    overlaps itself, whoever holds it.
+    if grant_live(current, now_mono=now_mono, fallback_s=config.lease_duration_s):
+        return Skip(SKIP_LIVE_GRANT)
+    # 3. Claim: holder = me, acquire = renew = now, duration = atMostFor, transitions + 1.
+    previous = record.transitions if record is not None else 0
+    claimed = LeaseRecord(
+        name=name,
+        namespace=namespace,
+        holder=identity,
+        lease_duration_s=config.lease_duration_s,
+        acquire_time=now_wall,
+        renew_time=now_wall,
+        transitions=previous + 1,
+        tick=tick,
+        resource_version=record.resource_version if record is not None else None,
+    )
+    return Claim(claimed, create=record is None)
+
+
+def _ours(current: LeaseRecord, *, identity: str, token: int) -> Lost | None:
+    if current.holder != identity:
+        return Lost(f"the Lease is held by {current.holder or 'nobody'} now")
+    if current.transitions != token:
+        return Lost(f"the Lease shows token {current.transitions}, not {token}")
+    return None
+
+
+def decide_renew(
+    *, current: LeaseRecord, identity: str, token: int, config: LockConfig, now_wall: datetime
+) -> Write | Lost:
+    """Keep-alive of a tick grant: same holder, token and tick; renewTime = now."""
+    lost = _ours(current, identity=identity, token=token)
+    if lost is not None:
+        return lost
+    renewed = replace(
+        current, lease_duration_s=config.lease_duration_s, renew_time=now_wall, problems=()
+    )
+    return Write(renewed)
+
+
+def free_record(current: LeaseRecord, *, now_wall: datetime) -> LeaseRecord:
+    """client-go's release (ReleaseOnCancel): holder "", duration 1 s, acquire = renew = now;
+    transitions and tick are kept."""
+    return replace(
+        current,
+        holder="",
+        lease_duration_s=RELEASED_DURATION_S,
+        acquire_time=now_wall,
+        renew_time=now_wall,
+        problems=(),
+    )
+
+
+def decide_release(
+    *,
+    current: LeaseRecord,
+    identity: str,
+    token: int,
+    config: LockConfig,
+    acquired_mono: float,
+    now_mono: float,
+    now_wall: datetime,
+) -> Release | Lost:
+    """Release a tick grant honouring atLeastFor: held until max(now, acquire + atLeastFor)
+    (as a grant of the remaining whole seconds), free at once when that is already past."""
+    lost = _ours(current, identity=identity, token=token)
+    if lost is not None:
+        return lost
+    remaining = acquired_mono + config.at_least_for.total_seconds() - now_mono
+    if remaining <= 0:
+        return Release(free_record(current, now_wall=now_wall), free_at=None)
+    held = replace(
+        current, lease_duration_s=whole_seconds(remaining), renew_time=now_wall, problems=()
+    )
+    return Release(held, free_at=now_mono + remaining)
+
+
+def decide_election(
+    *,
+    current: Observation | None,
+    leading: bool,
+    identity: str,
+    config: ElectionConfig,
+    now_mono: float,
+    now_wall: datetime,
+    name: str,
+    namespace: str,
+) -> Acquire | Renew | StandBy:
+    """One step of client-go's tryAcquireOrRenew, without the I/O."""
+    duration = config.lease_duration_s
+    # 1. No Lease yet: create it holding it (transitions 0, as client-go).
+    if current is None:
+        record = LeaseRecord(
+            name=name,
+            namespace=namespace,
+            holder=identity,
+            lease_duration_s=duration,
+            acquire_time=now_wall,
+            renew_time=now_wall,
+            transitions=0,
+        )
+        return Acquire(record, create=True)
+    record = current.record
+    # 2. Someone else holds a grant that is live by our clock: stand by until it expires.
+    if record.holder != identity and grant_live(current, now_mono=now_mono, fallback_s=duration):
+        return StandBy(record.holder, until=expires_at(current, fallback_s=duration))
+    # 3. Our own term: renew, keeping acquireTime and transitions.
+    if record.holder == identity and leading:
+        renewed = replace(
+            record,
+            lease_duration_s=duration,
+            acquire_time=record.acquire_time or now_wall,
+            renew_time=now_wall,
+            problems=(),
+        )
+        return Renew(renewed)
+    # 4. Free, expired, or ours from a term we already gave up: a new term, transitions + 1
+    #    (a new token even when the holder string is unchanged, so fencing sees a new term).
+    taken = replace(
+        record,
+        holder=identity,
+        lease_duration_s=duration,
+        acquire_time=now_wall,
+        renew_time=now_wall,
+        transitions=record.transitions + 1,
+        problems=(),
+    )
+    return Acquire(taken, create=False)
+
+
+def must_step_down(*, last_renew: float, now_mono: float, config: ElectionConfig) -> bool:
+    """A leader that has not renewed for renewDeadline stops leading at once."""
+    return now_mono - last_renew >= config.renew_deadline.total_seconds()
+
+
+def _weight(key: str, member: str) -> bytes:
+    return hashlib.sha256(f"{key}\x00{member}".encode()).digest()
+
+
+def rendezvous_rank(key: str, identity: str, members: Sequence[str]) -> int:
+    """Highest-random-weight rank of `identity` for `key` among `members` (0 = preferred).
+
+    Every replica computes the same order from the same member list, so for each key (a job
+    and tick, or a single-owner job) exactly one replica goes first, and different keys spread
+    over the replicas. An identity missing from `members` ranks after all of them.
+    """
+    ordered = sorted(set(members), key=lambda m: (_weight(key, m), m), reverse=True)
+    try:
+        return ordered.index(identity)
+    except ValueError:
+        return len(ordered)
+
+
+def claim_stagger(
+    key: str, identity: str, members: Sequence[str], *, step: float, cap: float | None = None
+) -> float:
+    """Seconds to wait before claiming: rank * step (optionally capped)."""
+    delay = rendezvous_rank(key, identity, members) * step
+    return delay if cap is None else min(delay, cap)

@@ -1,0 +1,143 @@
+"""Election steps (client-go's tryAcquireOrRenew without I/O) and rendezvous ranking."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+
+import pytest
+
+from leasecron.models.configs import ElectionConfig
+from leasecron.models.decisions import (
+    Acquire,
+    Observation,
+    Renew,
+    StandBy,
+    claim_stagger,
+    decide_election,
+    must_step_down,
+    rendezvous_rank,
+)
+from leasecron.models.leases import LeaseRecord
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+CONFIG = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
+
+
+def step(
+    current: Observation | None, *, leading: bool = False, now: float = 100.0
+) -> Acquire | Renew | StandBy:
+    return decide_election(
+        current=current,
+        leading=leading,
+        identity="me",
+        config=CONFIG,
+        now_mono=now,
+        now_wall=NOW,
+        name="l",
+        namespace="ns",
+    )
+
+
+def seen(holder: str, *, at: float = 99.0, transitions: int = 4, **kw: object) -> Observation:
+    record = LeaseRecord(
+        name="l",
+        namespace="ns",
+        holder=holder,
+        lease_duration_s=kw.pop("duration", 3),  # type: ignore[arg-type]
+        transitions=transitions,
+        resource_version="5",
+        acquire_time=kw.pop("acquired", None),  # type: ignore[arg-type]
+    )
+    return Observation(record=record, observed_at=at)
+
+
+def test_without_a_lease_the_first_candidate_creates_it_with_zero_transitions() -> None:
+    decision = step(None)
+    assert isinstance(decision, Acquire)
+    assert decision.create
+    assert (decision.record.holder, decision.record.transitions) == ("me", 0)
+    assert decision.record.lease_duration_s == 3
+
+
+def test_a_live_foreign_lease_means_standing_by_until_local_expiry() -> None:
+    assert step(seen("other", at=99.0)) == StandBy("other", until=102.0)
+
+
+def test_an_expired_foreign_lease_is_taken_with_one_more_transition() -> None:
+    decision = step(seen("other", at=97.0), now=100.0)
+    assert isinstance(decision, Acquire)
+    assert not decision.create
+    assert decision.record.transitions == 5
+    assert decision.record.resource_version == "5"
+
+
+def test_a_released_lease_is_taken_at_once() -> None:
+    decision = step(seen("", at=99.99, duration=1), now=100.0)
+    assert isinstance(decision, Acquire)
+    assert decision.record.transitions == 5
+
+
+def test_the_leader_renews_keeping_acquire_time_and_transitions() -> None:
+    decision = step(seen("me", acquired=NOW.replace(year=2025)), leading=True)
+    assert isinstance(decision, Renew)
+    assert decision.record.transitions == 4
+    assert decision.record.acquire_time == NOW.replace(year=2025)
+    assert decision.record.renew_time == NOW
+
+
+def test_our_own_lease_from_a_term_we_gave_up_starts_a_new_term_with_a_new_token() -> None:
+    decision = step(seen("me", at=99.5), leading=False)
+    assert isinstance(decision, Acquire)
+    assert decision.record.transitions == 5
+
+
+def test_a_leader_that_sees_another_live_holder_stands_by() -> None:
+    assert isinstance(step(seen("other"), leading=True), StandBy)
+
+
+def test_a_corrupt_duration_is_treated_as_our_own_lease_duration() -> None:
+    assert step(seen("other", at=97.5, duration=None), now=100.0) == StandBy("other", 100.5)
+
+
+def test_the_leader_steps_down_once_renew_deadline_passed_without_renewal() -> None:
+    assert not must_step_down(last_renew=100.0, now_mono=101.99, config=CONFIG)
+    assert must_step_down(last_renew=100.0, now_mono=102.0, config=CONFIG)
+
+
+MEMBERS = [f"replica-{i}" for i in range(5)]
+
+
+def test_rendezvous_ranks_are_a_permutation_agreed_by_every_member() -> None:
+    ranks = sorted(rendezvous_rank("job/tick-1", m, MEMBERS) for m in MEMBERS)
+    assert ranks == [0, 1, 2, 3, 4]
+    assert rendezvous_rank("k", "replica-1", MEMBERS) == rendezvous_rank(
+        "k", "replica-1", list(reversed(MEMBERS))
+    )
+
+
+def test_different_keys_spread_the_preferred_replica_over_the_members() -> None:
+    preferred = Counter(
+        next(m for m in MEMBERS if rendezvous_rank(f"job-{k}", m, MEMBERS) == 0)
+        for k in range(1000)
+    )
+    assert set(preferred) == set(MEMBERS)
+    assert min(preferred.values()) > 120  # 200 expected each
+
+
+def test_removing_a_member_only_moves_the_keys_it_was_preferred_for() -> None:
+    fewer = MEMBERS[:-1]
+    for k in range(300):
+        before = next(m for m in MEMBERS if rendezvous_rank(str(k), m, MEMBERS) == 0)
+        after = next(m for m in fewer if rendezvous_rank(str(k), m, fewer) == 0)
+        assert before == after or before == "replica-4"
+
+
+def test_an_unknown_identity_ranks_after_every_member() -> None:
+    assert rendezvous_rank("k", "stranger", MEMBERS) == 5
+
+
+def test_stagger_is_rank_times_step_with_an_optional_cap() -> None:
+    rank = rendezvous_rank("k", "replica-0", MEMBERS)
+    assert claim_stagger("k", "replica-0", MEMBERS, step=0.1) == pytest.approx(rank * 0.1)
+    assert claim_stagger("k", "stranger", MEMBERS, step=0.1, cap=0.25) == 0.25
