@@ -1,1 +1,81 @@
-"""Public test helpers: a throwaway local control plane and pytest fixtures for it."""
+"""Public test helpers: a throwaway local control plane, and pytest fixtures for it
+(`leasecron.testing.pytest_plugin`, loaded automatically when leasecron is installed).
+
+    from leasecron.testing import ControlPlane, apply_manifests
+
+    with ControlPlane() as cp, cp.api_client() as api:
+        apply_manifests(api, [Path("crds/scheduledjob.yaml")])
+
+Names are imported on first use, so loading the pytest plugin costs nothing for test runs
+that never touch a cluster. Owns the public names listed in `__all__`; everything in the
+underscore modules may change without notice.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leasecron.testing._access import ClusterAccess, ExistingCluster, write_kubeconfig
+    from leasecron.testing._assets import (
+        KUBERNETES_VERSION,
+        Assets,
+        cache_dir,
+        ensure_assets,
+        find_assets,
+    )
+    from leasecron.testing._manifests import (
+        apply_leasecron_crds,
+        apply_manifests,
+        load_manifests,
+        wait_crd_established,
+    )
+    from leasecron.testing._processes import ControlPlaneError
+    from leasecron.testing._rbac import PolicyRule, create_serviceaccount
+    from leasecron.testing.controlplane import ControlPlane
+
+_EXPORTS = {
+    "ClusterAccess": "leasecron.testing._access",
+    "ExistingCluster": "leasecron.testing._access",
+    "write_kubeconfig": "leasecron.testing._access",
+    "KUBERNETES_VERSION": "leasecron.testing._assets",
+    "Assets": "leasecron.testing._assets",
+    "cache_dir": "leasecron.testing._assets",
+    "ensure_assets": "leasecron.testing._assets",
+    "find_assets": "leasecron.testing._assets",
+    "apply_leasecron_crds": "leasecron.testing._manifests",
+    "apply_manifests": "leasecron.testing._manifests",
+    "load_manifests": "leasecron.testing._manifests",
+    "wait_crd_established": "leasecron.testing._manifests",
+    "ControlPlaneError": "leasecron.testing._processes",
+    "PolicyRule": "leasecron.testing._rbac",
+    "create_serviceaccount": "leasecron.testing._rbac",
+    "ControlPlane": "leasecron.testing.controlplane",
+}
+
+__all__ = [
+    "KUBERNETES_VERSION",
+    "Assets",
+    "ClusterAccess",
+    "ControlPlane",
+    "ControlPlaneError",
+    "ExistingCluster",
+    "PolicyRule",
+    "apply_leasecron_crds",
+    "apply_manifests",
+    "cache_dir",
+    "create_serviceaccount",
+    "ensure_assets",
+    "find_assets",
+    "load_manifests",
+    "wait_crd_established",
+    "write_kubeconfig",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'leasecron.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
