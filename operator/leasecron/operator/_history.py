@@ -1,0 +1,70 @@
+"""JobRun history: which `Running` runs were abandoned by a vanished holder, and which
+finished runs to delete so that a job keeps only its configured history.
+
+- **Abandoned**: a run still `Running` whose holder no longer holds a live grant on the job's
+  Lease (the grant expired without a release, or someone else holds it) *and* whose member
+  Lease is gone, released or expired. Both are judged on this process's monotonic clock. A
+  holder that is alive but lost its grant records `LostLock` itself, so the member check keeps
+  the operator from racing it.
+- **Pruning**: finished runs are kept per outcome class, newest first: `history.succeeded`
+  runs with outcome `Succeeded`, and `history.failed` runs of every other finished outcome
+  (`Failed`, `LostLock`, `Abandoned`, `Missed`, `Unguarded`). Runs still `Running` (or without
+  an outcome yet) are never pruned.
+
+Pure functions over plain values; `_reconciler` does the writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from leasecron.models.names import member_lease_name
+from leasecron.operator._facts import JobFacts
+from leasecron.operator._observed import RUNNING, SUCCEEDED, RunView, Snapshot
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryPlan:
+    """Runs to mark `Abandoned` and runs to delete."""
+
+    abandoned: tuple[RunView, ...]
+    prune: tuple[RunView, ...]
+
+
+def holder_vanished(facts: JobFacts, snapshot: Snapshot, run: RunView) -> bool:
+    """True when `run`'s holder neither holds a live grant nor keeps a live member Lease."""
+    if run.holder and snapshot.grant_holder(fallback_s=facts.grant_fallback_s) == run.holder:
+        return False
+    member_name = member_lease_name(facts.group, run.holder) if run.holder else ""
+    for member in snapshot.members:
+        if member.lease_name == member_name and member.live(snapshot.now_mono):
+            return False
+    return True
+
+
+def abandoned_runs(facts: JobFacts, snapshot: Snapshot) -> list[RunView]:
+    """Running runs whose holder vanished, oldest first."""
+    running = [run for run in snapshot.runs if run.outcome == RUNNING]
+    return sorted(
+        (run for run in running if holder_vanished(facts, snapshot, run)),
+        key=lambda run: run.order,
+    )
+
+
+def runs_to_prune(runs: Sequence[RunView], *, succeeded: int, failed: int) -> list[RunView]:
+    """Finished runs beyond the history limits, oldest first."""
+    newest_first = sorted((run for run in runs if run.finished), key=lambda r: r.order)[::-1]
+    wins = [run for run in newest_first if run.outcome == SUCCEEDED]
+    losses = [run for run in newest_first if run.outcome != SUCCEEDED]
+    extra = wins[max(succeeded, 0) :] + losses[max(failed, 0) :]
+    return sorted(extra, key=lambda run: run.order)
+
+
+def plan_history(facts: JobFacts, snapshot: Snapshot) -> HistoryPlan:
+    """What to do with the job's JobRuns in this pass."""
+    abandoned = abandoned_runs(facts, snapshot)
+    prune = runs_to_prune(
+        snapshot.runs, succeeded=facts.history_succeeded, failed=facts.history_failed
+    )
+    return HistoryPlan(abandoned=tuple(abandoned), prune=tuple(prune))

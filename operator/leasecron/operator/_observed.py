@@ -1,0 +1,167 @@
+"""What the operator has observed of the world around one job, as plain values: the Lease
+that holds its grant, the JobRuns it owns and the member Leases of its group.
+
+Owns `RunView` (one JobRun), `Member` (one replica's member Lease), `Snapshot` (everything the
+status logic reads for one job at one instant) and the liveness rules, judged like every
+leasecron replica judges them: a Lease is live while it has a holder and this process has seen
+it unchanged for less than its `leaseDurationSeconds`, on its own monotonic clock. Remote
+timestamps are never trusted for expiry.
+
+It does not read from the API server: `_reconciler` builds these values from its caches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from leasecron.models.decisions import Observation, expires_at, grant_live
+from leasecron.models.leases import parse_lease, parse_micro_time
+from leasecron.models.names import ANNOTATION_HANDLERS, parse_tick
+
+RUNNING = "Running"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+LOST_LOCK = "LostLock"
+ABANDONED = "Abandoned"
+MISSED = "Missed"
+UNGUARDED = "Unguarded"
+
+MEMBER_FALLBACK_S = 15.0
+"""The duration assumed for a member Lease that does not state a usable one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunView:
+    """One JobRun. `outcome` is "" while the JobRun carries none yet; `order` sorts runs
+    oldest first (tick, else start, else creation time)."""
+
+    name: str
+    tick: datetime | None
+    holder: str
+    token: int | None
+    start: str | None
+    end: str | None
+    outcome: str
+    message: str
+    created: datetime
+    resource_version: str
+
+    @property
+    def order(self) -> tuple[datetime, str]:
+        return (self.tick or self.created, self.name)
+
+    @property
+    def finished(self) -> bool:
+        return self.outcome not in ("", RUNNING)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _time(value: object, parse: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed: datetime = parse(value)
+    except ValueError:
+        return None
+    return parsed
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def run_from_object(obj: Mapping[str, Any]) -> RunView:
+    """A RunView of a raw JobRun. Never raises: unreadable fields become None or ""."""
+    metadata, spec, status = (_mapping(obj.get(k)) for k in ("metadata", "spec", "status"))
+    token = spec.get("fencingToken")
+    tick = _time(spec.get("tick"), parse_tick) or _time(spec.get("tick"), parse_micro_time)
+    created = _time(metadata.get("creationTimestamp"), parse_micro_time)
+    return RunView(
+        name=str(metadata.get("name") or ""),
+        tick=tick,
+        holder=_text(spec.get("holder")) or "",
+        token=token if isinstance(token, int) and not isinstance(token, bool) else None,
+        start=_text(spec.get("start")),
+        end=_text(status.get("end")),
+        outcome=_text(status.get("outcome")) or "",
+        message=_text(status.get("message")) or "",
+        created=created or datetime(1970, 1, 1, tzinfo=UTC),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One replica's member Lease: who it is, which handlers it registered, and the local
+    monotonic time at which it expires unless renewed (its holder is "" once released)."""
+
+    lease_name: str
+    holder: str
+    handlers: frozenset[str]
+    expires_at: float
+
+    def live(self, now_mono: float) -> bool:
+        return bool(self.holder) and now_mono < self.expires_at
+
+
+def parse_handlers(annotations: Mapping[str, Any]) -> frozenset[str]:
+    """The handler names of a member Lease's annotation; empty when absent or unreadable."""
+    raw = annotations.get(ANNOTATION_HANDLERS)
+    if not isinstance(raw, str):
+        return frozenset()
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        return frozenset()
+    if not isinstance(names, list):
+        return frozenset()
+    return frozenset(name for name in names if isinstance(name, str))
+
+
+def member_from_lease(obj: Mapping[str, Any], *, observed_at: float) -> Member:
+    """A Member from a raw member Lease first seen (in its current version) at `observed_at`."""
+    record = parse_lease(obj)
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    observation = Observation(record=record, observed_at=observed_at)
+    return Member(
+        lease_name=record.name,
+        holder=record.holder,
+        handlers=parse_handlers(annotations if isinstance(annotations, Mapping) else {}),
+        expires_at=expires_at(observation, fallback_s=MEMBER_FALLBACK_S),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything the status logic reads for one job at one instant.
+
+    `job_lease` is the job's own Lease (its tick annotation is the claim high-water mark),
+    `grant` the Lease whose holder runs the job (the job Lease, or the group leader's for
+    `coordination: Leader`), `members` the member Leases of the job's group in its namespace,
+    live or not. `now` is wall time (ticks), `now_mono` the local monotonic clock (expiry).
+    """
+
+    job_lease: Observation | None
+    grant: Observation | None
+    runs: tuple[RunView, ...]
+    members: tuple[Member, ...]
+    now: datetime
+    now_mono: float
+
+    def grant_holder(self, *, fallback_s: float) -> str:
+        """The holder of a live grant, "" when the Lease is free, expired or absent."""
+        if grant_live(self.grant, now_mono=self.now_mono, fallback_s=fallback_s):
+            assert self.grant is not None
+            return self.grant.record.holder
+        return ""
+
+    def live_members(self) -> list[Member]:
+        return [m for m in self.members if m.live(self.now_mono)]

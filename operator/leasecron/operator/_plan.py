@@ -1,0 +1,79 @@
+"""One reconcile pass for one job, decided before anything is written: the schedule
+judgement, the history work, whether the job's Lease must be created, and when the job needs
+another look even if nothing changes (`recheck_at`, on the local monotonic clock).
+
+`recheck_at` lets the reconciler skip jobs with nothing to do: it is the earliest moment at
+which time alone can change this job's status (the next tick, the next starting deadline, a
+grant or member Lease expiring, a single-owner gap reaching its deadline), capped at
+`MAX_RECHECK_S`. Events on the job, its Lease, its JobRuns or its group's members wake it
+sooner. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from leasecron.models.decisions import expires_at, grant_live
+from leasecron.operator import _conditions as c
+from leasecron.operator._facts import SINGLE_OWNER, JobFacts
+from leasecron.operator._history import HistoryPlan, plan_history
+from leasecron.operator._missed import JUDGE_GRACE, Expectation, Memory, expect
+from leasecron.operator._observed import Snapshot
+
+MAX_RECHECK_S = 300.0
+MIN_RECHECK_S = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPlan:
+    """What one pass does for one valid job."""
+
+    expectation: Expectation
+    history: HistoryPlan
+    create_lease: bool
+    recheck_at: float
+
+
+def _mono(snapshot: Snapshot, wall: datetime) -> float:
+    return snapshot.now_mono + (wall - snapshot.now).total_seconds()
+
+
+def recheck_at(facts: JobFacts, snapshot: Snapshot, memory: Memory) -> float:
+    """The earliest local monotonic time at which time alone can change the job's status."""
+    now_mono = snapshot.now_mono
+    moments = [now_mono + MAX_RECHECK_S]
+    if facts.schedule is not None and not facts.suspend:
+        upcoming = facts.schedule.next_after(snapshot.now)
+        moments.append(_mono(snapshot, upcoming))
+        judged_from = snapshot.now - facts.starting_deadline - JUDGE_GRACE
+        next_due = facts.schedule.next_after(judged_from)
+        moments.append(_mono(snapshot, next_due + facts.starting_deadline + JUDGE_GRACE))
+    grant = snapshot.grant
+    if grant is not None and grant_live(
+        grant, now_mono=now_mono, fallback_s=facts.grant_fallback_s
+    ):
+        moments.append(expires_at(grant, fallback_s=facts.grant_fallback_s))
+    if facts.bucket == SINGLE_OWNER and memory.unheld_since is not None and not facts.suspend:
+        deadline = (facts.starting_deadline + JUDGE_GRACE).total_seconds()
+        moments.append(memory.unheld_since + deadline)
+    moments.extend(m.expires_at for m in snapshot.members if m.live(now_mono))
+    future = [moment for moment in moments if moment > now_mono]
+    return max(min(future, default=now_mono + MAX_RECHECK_S), now_mono + MIN_RECHECK_S)
+
+
+def plan_job(
+    facts: JobFacts,
+    snapshot: Snapshot,
+    memory: Memory,
+    *,
+    previous: dict[str, c.Condition],
+) -> JobPlan:
+    """Decide one pass for one valid job."""
+    expectation = expect(facts, snapshot, memory, previous)
+    return JobPlan(
+        expectation=expectation,
+        history=plan_history(facts, snapshot),
+        create_lease=facts.job_lease is not None and snapshot.job_lease is None,
+        recheck_at=recheck_at(facts, snapshot, expectation.memory),
+    )

@@ -1,0 +1,284 @@
+"""The reconcile loop: computes every job's status from the caches with the plain functions
+of `_plan` / `_jobstatus`, carries out what they decide, and patches status only when it
+changed.
+
+A job is reconciled when something it depends on changed (its object, its Lease, its JobRuns,
+its group's members: `World` reports these) or when time alone can change it (`recheck_at`).
+The loop wakes on those events, and at least every `interval` seconds; a pass over jobs with
+nothing to do costs nothing. Jobs of one pass are reconciled concurrently (bounded).
+
+Writes go through the fenced `Writer`; a `Fenced` write ends the pass. API errors are logged
+and the job is retried on the next pass. What it does not promise: that a missed-run count is
+exact across a crash between recording a Missed JobRun and writing the status (it may then
+count that tick one time less).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from leasecron._logs import get_logger
+from leasecron.kube.clients import Kube
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError
+from leasecron.models.clocks import Clock
+from leasecron.models.durations import format_duration
+from leasecron.models.names import format_tick
+from leasecron.operator import _bodies, _metrics
+from leasecron.operator import _conditions as c
+from leasecron.operator._facts import Invalid, JobFacts
+from leasecron.operator._jobstatus import desired_status, invalid_status, status_patch
+from leasecron.operator._missed import Memory, initial_memory
+from leasecron.operator._plan import JobPlan, plan_job
+from leasecron.operator._world import Key, World
+from leasecron.operator._writes import Fenced, Writer
+
+_log = get_logger("leasecron.operator")
+RETRY_S = 1.0
+
+
+class Reconciler:
+    """Keeps the status of every cached ScheduledJob, while this process is the leader."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        namespaces: Sequence[str],
+        clock: Clock,
+        identity: str,
+        may_write: Callable[[], bool],
+        interval: float = 1.0,
+        concurrency: int = 16,
+    ) -> None:
+        self._clock = clock
+        self._identity = identity
+        self._interval = interval
+        self._slots = asyncio.Semaphore(concurrency)
+        self.writer = Writer(kube, may_write=may_write)
+        self.world = World(kube, namespaces=namespaces, clock=clock, on_dirty=self.mark)
+        self._dirty: set[Key] = set()
+        self._due: dict[Key, float] = {}
+        self._memory: dict[str, Memory] = {}
+        self._unwritten_missed: dict[str, int] = defaultdict(int)
+        self._wake = asyncio.Event()
+        self.passes = 0
+
+    # --- inputs -----------------------------------------------------------------------
+
+    def mark(self, key: Key) -> None:
+        """Reconcile `key` on the next pass, and start that pass now."""
+        self._dirty.add(key)
+        self._wake.set()
+
+    def job_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
+        """A ScheduledJob watch event (from kopf): ADDED/MODIFIED/None update, DELETED drop."""
+        metadata = obj.get("metadata") or {}
+        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        if kind == "DELETED":
+            self.world.remove_job(key)
+            self._due.pop(key, None)
+            self._dirty.discard(key)
+            return
+        self.world.upsert_job(obj)
+
+    # --- the loop ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Reconcile forever (until cancelled)."""
+        while True:
+            await self._wait()
+            await self.reconcile_pass()
+
+    async def _wait(self) -> None:
+        if self._dirty:
+            return
+        now = self._clock.monotonic()
+        upcoming = min(self._due.values(), default=now + self._interval)
+        timeout = min(max(upcoming - now, 0.0), self._interval)
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+    async def reconcile_pass(self) -> None:
+        """Reconcile every job that is dirty or due, concurrently; then update JOBS."""
+        now = self._clock.monotonic()
+        keys = self._dirty | {key for key, at in self._due.items() if at <= now}
+        self._dirty = set()
+        keys &= set(self.world.jobs)
+        if keys:
+            with _metrics.RECONCILE_DURATION.time():
+                await asyncio.gather(*(self._guarded(key) for key in sorted(keys)))
+            statuses = (obj.get("status") or {} for obj in self.world.jobs.values())
+            _metrics.record_conditions(statuses)
+        self.passes += 1
+
+    async def _guarded(self, key: Key) -> None:
+        async with self._slots:
+            try:
+                await self.reconcile(key)
+            except Fenced:
+                raise
+            except KubeError as e:
+                _log.warning("reconcile failed", namespace=key[0], job=key[1], error=repr(e))
+                self._due[key] = self._clock.monotonic() + RETRY_S
+            except Exception:
+                _log.exception("reconcile crashed", namespace=key[0], job=key[1])
+                self._due[key] = self._clock.monotonic() + RETRY_S
+
+    # --- one job ----------------------------------------------------------------------
+
+    async def reconcile(self, key: Key) -> None:
+        """Compute one job's status, act on the plan, patch the status if it changed."""
+        obj = self.world.jobs.get(key)
+        if obj is None:
+            return
+        facts = self.world.facts(key)
+        previous: Mapping[str, Any] = obj.get("status") or {}
+        if isinstance(facts, Invalid):
+            desired = invalid_status(invalid=facts, previous=previous, now=self._clock.now())
+            await self._write_status(key, previous, desired)
+            self._due.pop(key, None)
+            return
+        now, now_mono = self._clock.now(), self._clock.monotonic()
+        snapshot = self.world.snapshot(facts, now=now, now_mono=now_mono)
+        conditions = c.conditions_by_type(previous.get("conditions"))
+        memory = self._memory.get(facts.ref.uid) or initial_memory(
+            facts,
+            previous=conditions,
+            now=now,
+            now_mono=now_mono,
+            observed_generation=previous.get("observedGeneration"),
+        )
+        plan = plan_job(facts, snapshot, memory, previous=conditions)
+        complete = await self._act(facts, plan)
+        uid = facts.ref.uid
+        missed_runs = int(previous.get("missedRuns") or 0) + self._unwritten_missed[uid]
+        desired = desired_status(
+            facts=facts,
+            snapshot=snapshot,
+            previous=previous,
+            on_schedule=plan.expectation.condition,
+            missed_runs=missed_runs,
+        )
+        await self._write_status(key, previous, desired)
+        self._unwritten_missed.pop(uid, None)
+        next_memory = plan.expectation.memory
+        if not complete:
+            next_memory = replace(next_memory, checked_through=memory.checked_through)
+        self._memory[uid] = next_memory
+        retry = now_mono + RETRY_S
+        self._due[key] = plan.recheck_at if complete else min(plan.recheck_at, retry)
+
+    async def _write_status(
+        self, key: Key, previous: Mapping[str, Any], desired: dict[str, Any]
+    ) -> None:
+        patch = status_patch(previous, desired)
+        if patch is None:
+            return
+        namespace, name = key
+        _log.debug("patching status", namespace=namespace, job=name, fields=sorted(patch))
+        updated = await self.writer.patch_status(namespace=namespace, name=name, status=patch)
+        if updated:
+            self.world.upsert_job(updated, quiet=True)
+
+    async def _act(self, facts: JobFacts, plan: JobPlan) -> bool:
+        """Carry out the plan's writes; False when a missed tick could not be recorded."""
+        if plan.create_lease:
+            await self._create_lease(facts)
+        complete = await self._record_missed(facts, plan)
+        if plan.expectation.gap_alarm:
+            await self._alarm(facts, plan.expectation.condition.message)
+            self._unwritten_missed[facts.ref.uid] += 1
+        for run in plan.history.abandoned:
+            await self._abandon(facts, run.name, run.holder)
+        for run in plan.history.prune:
+            await self.writer.delete_run(namespace=facts.ref.namespace, name=run.name)
+            _metrics.PRUNED.labels(namespace=facts.ref.namespace, job=facts.ref.name).inc()
+            _log.debug(
+                "pruned run",
+                namespace=facts.ref.namespace,
+                job=facts.ref.name,
+                run=run.name,
+                outcome=run.outcome,
+            )
+        return complete
+
+    async def _create_lease(self, facts: JobFacts) -> None:
+        try:
+            await self.writer.create_lease(
+                namespace=facts.ref.namespace, body=_bodies.job_lease(facts)
+            )
+            _log.info(
+                "created job lease",
+                namespace=facts.ref.namespace,
+                job=facts.ref.name,
+                lease=facts.job_lease,
+            )
+        except AlreadyExists:
+            _log.debug("job lease exists", namespace=facts.ref.namespace, job=facts.ref.name)
+
+    async def _record_missed(self, facts: JobFacts, plan: JobPlan) -> bool:
+        ns, job = facts.ref.namespace, facts.ref.name
+        for tick in plan.expectation.new_missed:
+            body = _bodies.missed_run(facts, tick=tick, now=self._clock.now())
+            try:
+                await self.writer.create_run(namespace=ns, body=body)
+            except AlreadyExists:
+                continue  # recorded already (by a replica's catch-up, or before a failover)
+            except KubeError as e:
+                _log.warning(
+                    "could not record missed run",
+                    namespace=ns,
+                    job=job,
+                    tick=format_tick(tick),
+                    error=repr(e),
+                )
+                return False
+            message = (
+                f"Tick {format_tick(tick)} of job {job} was not started within "
+                f"startingDeadline {format_duration(facts.starting_deadline)}: no replica of "
+                f"group {facts.group} claimed it."
+            )
+            await self._alarm(facts, message)
+            self._unwritten_missed[facts.ref.uid] += 1
+        return True
+
+    async def _alarm(self, facts: JobFacts, message: str) -> None:
+        ns, job = facts.ref.namespace, facts.ref.name
+        _metrics.MISSED.labels(namespace=ns, job=job).inc()
+        _log.warning("missed run", namespace=ns, job=job, message=message)
+        body = _bodies.warning_event(
+            facts.ref,
+            reason=c.REASON_MISSED_RUN,
+            message=message,
+            now=self._clock.now(),
+            reporter=self._identity,
+        )
+        try:
+            await self.writer.create_event(namespace=ns, body=body)
+        except KubeError as e:  # the alarm is also in status, metrics and logs
+            _log.warning("could not post event", namespace=ns, job=job, error=repr(e))
+
+    async def _abandon(self, facts: JobFacts, name: str, holder: str) -> None:
+        ns = facts.ref.namespace
+        obj = self.world.run_object(ns, name)
+        message = (
+            f"Holder {holder or '(none)'} vanished while the run was going: its grant on the "
+            f"Lease expired without a release and its member Lease is gone."
+        )
+        patch = (
+            _bodies.abandoned_patch(obj, now=self._clock.now(), message=message) if obj else None
+        )
+        if patch is None:
+            return
+        try:
+            await self.writer.patch_run(namespace=ns, name=name, patch=patch)
+        except Conflict:
+            return  # the run changed (its holder finished it): judged again next pass
+        _metrics.ABANDONED.labels(namespace=ns, job=facts.ref.name).inc()
+        _log.warning("run abandoned", namespace=ns, job=facts.ref.name, run=name, holder=holder)

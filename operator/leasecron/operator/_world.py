@@ -1,0 +1,267 @@
+"""The operator's view of the cluster: ScheduledJobs (fed by kopf's watch), and Leases and
+JobRuns kept by leasecron's own watch-fed `Informer`s, indexed so that one job's snapshot costs
+no request and no scan.
+
+Owns the caches and indexes, the mapping from a changed object to the jobs it affects (which
+it reports through `on_dirty`), and `snapshot()`. Leases are watched by the label
+`leasecron.dev/role` (job, leader and member Leases all carry it); JobRuns by
+`leasecron.dev/job`. Does not write anything: `_reconciler` does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from leasecron.kube.clients import Kube, collection_path
+from leasecron.kube.leases import LeaseStore
+from leasecron.kube.watches import Informer, WatchEvent
+from leasecron.models.clocks import Clock
+from leasecron.models.decisions import Observation
+from leasecron.models.leases import parse_lease
+from leasecron.models.names import (
+    GROUP,
+    JOBRUN_PLURAL,
+    LABEL_GROUP,
+    LABEL_JOB,
+    LABEL_ROLE,
+    VERSION,
+    job_lease_name,
+)
+from leasecron.models.specs import job_label_value
+from leasecron.operator._facts import Invalid, JobFacts, read_job
+from leasecron.operator._observed import (
+    Member,
+    RunView,
+    Snapshot,
+    member_from_lease,
+    run_from_object,
+)
+
+Key = tuple[str, str]
+"""(namespace, name) of a ScheduledJob."""
+ROLE_MEMBER = "member"
+ROLE_LEADER = "leader"
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = _metadata(obj).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    metadata = _metadata(obj)
+    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+
+def newer_or_same(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
+    """Whether `candidate` is not older than `current`, by resourceVersion. Versions are
+    opaque, but etcd's are integers; when either is not, the candidate wins."""
+    if current is None:
+        return True
+    a = str(_metadata(candidate).get("resourceVersion") or "")
+    b = str(_metadata(current).get("resourceVersion") or "")
+    if a.isdigit() and b.isdigit():
+        return int(a) >= int(b)
+    return True
+
+
+class World:
+    """Caches and indexes for the reconciler; every method runs in the event loop thread."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        namespaces: Sequence[str],
+        clock: Clock,
+        on_dirty: Callable[[Key], None],
+    ) -> None:
+        self._clock = clock
+        self._on_dirty = on_dirty
+        scopes: list[str | None] = list(namespaces) or [None]
+        leases = LeaseStore(kube)
+        self._leases: dict[str | None, Informer] = {
+            ns: Informer(
+                kube,
+                path=leases.collection_path(namespace=ns),
+                label_selector=LABEL_ROLE,
+                clock=clock,
+            )
+            for ns in scopes
+        }
+        self._runs: dict[str | None, Informer] = {
+            ns: Informer(
+                kube,
+                path=collection_path(
+                    group=GROUP, version=VERSION, plural=JOBRUN_PLURAL, namespace=ns
+                ),
+                label_selector=LABEL_JOB,
+                clock=clock,
+            )
+            for ns in scopes
+        }
+        self.jobs: dict[Key, dict[str, Any]] = {}
+        self._facts: dict[Key, tuple[tuple[str, int], JobFacts | Invalid]] = {}
+        self._job_group: dict[Key, str] = {}
+        self._by_group: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._by_label: dict[tuple[str, str], str] = {}
+        self._run_index: dict[tuple[str, str], dict[str, RunView]] = defaultdict(dict)
+        self._member_index: dict[tuple[str, str], dict[str, Member]] = defaultdict(dict)
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """List and start watching Leases and JobRuns; returns once both caches are synced."""
+        for informer in self._leases.values():
+            informer.subscribe(self._lease_event)
+            await informer.start()
+        for informer in self._runs.values():
+            informer.subscribe(self._run_event)
+            await informer.start()
+
+    async def stop(self) -> None:
+        for informer in [*self._leases.values(), *self._runs.values()]:
+            await informer.stop()
+
+    @property
+    def healthy(self) -> bool:
+        return all(i.healthy for i in [*self._leases.values(), *self._runs.values()])
+
+    # --- ScheduledJobs (from kopf) ----------------------------------------------------
+
+    def upsert_job(self, obj: Mapping[str, Any], *, quiet: bool = False) -> None:
+        """A ScheduledJob as seen by a watch event or returned by our own status patch
+        (`quiet`: it needs no new pass). Older or unchanged versions are ignored."""
+        key = _key(obj)
+        current = self.jobs.get(key)
+        if not newer_or_same(obj, current):
+            return
+        version = str(_metadata(obj).get("resourceVersion") or "")
+        if current is not None and version and version == _metadata(current).get("resourceVersion"):
+            return
+        self.jobs[key] = copy.deepcopy(dict(obj))
+        facts = self.facts(key)
+        namespace, name = key
+        self._by_label[(namespace, job_label_value(name))] = name
+        group = facts.group if isinstance(facts, JobFacts) else None
+        old = self._job_group.pop(key, None)
+        if old is not None:
+            self._by_group[(namespace, old)].discard(name)
+        if group is not None:
+            self._job_group[key] = group
+            self._by_group[(namespace, group)].add(name)
+        if not quiet:
+            self._on_dirty(key)
+
+    def remove_job(self, key: Key) -> None:
+        namespace, name = key
+        self.jobs.pop(key, None)
+        self._facts.pop(key, None)
+        self._by_label.pop((namespace, job_label_value(name)), None)
+        group = self._job_group.pop(key, None)
+        if group is not None:
+            self._by_group[(namespace, group)].discard(name)
+
+    def facts(self, key: Key) -> JobFacts | Invalid:
+        """The facts of a cached job, validated once per (uid, generation)."""
+        obj = self.jobs[key]
+        metadata = _metadata(obj)
+        version = (str(metadata.get("uid") or ""), int(metadata.get("generation") or 0))
+        cached = self._facts.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        facts = read_job(obj)
+        self._facts[key] = (version, facts)
+        return facts
+
+    # --- Leases and JobRuns -----------------------------------------------------------
+
+    def _informer(self, table: dict[str | None, Informer], namespace: str) -> Informer | None:
+        return table.get(namespace) or table.get(None)
+
+    def lease(self, namespace: str, name: str | None) -> Observation | None:
+        """The Lease `name` and when this process first saw its current version."""
+        informer = self._informer(self._leases, namespace)
+        if name is None or informer is None:
+            return None
+        obj = informer.get(namespace, name)
+        observed = informer.observed_at(namespace, name)
+        if obj is None or observed is None:
+            return None
+        return Observation(record=parse_lease(obj), observed_at=observed)
+
+    def run_object(self, namespace: str, name: str) -> dict[str, Any] | None:
+        informer = self._informer(self._runs, namespace)
+        return informer.get(namespace, name) if informer is not None else None
+
+    def _dirty_group(self, namespace: str, group: str) -> None:
+        for name in list(self._by_group.get((namespace, group), ())):
+            self._on_dirty((namespace, name))
+
+    def _lease_event(self, event: WatchEvent) -> None:
+        if not event.obj:  # SYNCED after a relist: anything may have changed
+            self._dirty_all()
+            return
+        namespace, name = _key(event.obj)
+        labels = _labels(event.obj)
+        role, group = labels.get(LABEL_ROLE), str(labels.get(LABEL_GROUP) or "")
+        if role == ROLE_MEMBER:
+            members = self._member_index[(namespace, group)]
+            if event.type == "DELETED":
+                members.pop(name, None)
+            else:
+                members[name] = member_from_lease(event.obj, observed_at=event.observed_at)
+            self._dirty_group(namespace, group)
+        elif role == ROLE_LEADER:
+            self._dirty_group(namespace, group)
+        else:
+            job = self._by_label.get((namespace, str(labels.get(LABEL_JOB) or "")))
+            if job is not None and job_lease_name(job) == name:
+                self._on_dirty((namespace, job))
+
+    def _run_event(self, event: WatchEvent) -> None:
+        if not event.obj:
+            self._dirty_all()
+            return
+        namespace, name = _key(event.obj)
+        label = str(_labels(event.obj).get(LABEL_JOB) or "")
+        runs = self._run_index[(namespace, label)]
+        if event.type == "DELETED":
+            runs.pop(name, None)
+        else:
+            runs[name] = run_from_object(event.obj)
+        job = self._by_label.get((namespace, label))
+        if job is not None:
+            self._on_dirty((namespace, job))
+
+    def _dirty_all(self) -> None:
+        for key in list(self.jobs):
+            self._on_dirty(key)
+
+    def snapshot(self, facts: JobFacts, *, now: datetime, now_mono: float) -> Snapshot:
+        """Everything the status logic reads for one valid job, from the caches."""
+        namespace = facts.ref.namespace
+        job_lease = self.lease(namespace, facts.job_lease)
+        grant = job_lease if facts.grant_lease == facts.job_lease else None
+        if facts.grant_lease is not None and facts.grant_lease != facts.job_lease:
+            grant = self.lease(namespace, facts.grant_lease)
+        label = job_label_value(facts.ref.name)
+        runs = self._run_index.get((namespace, label), {})
+        members = self._member_index.get((namespace, facts.group), {})
+        return Snapshot(
+            job_lease=job_lease,
+            grant=grant,
+            runs=tuple(runs.values()),
+            members=tuple(members.values()),
+            now=now,
+            now_mono=now_mono,
+        )

@@ -1,0 +1,70 @@
+"""Every write the operator sends, behind one fence: `Writer` refuses (raises `Fenced`,
+before anything is sent) whenever `may_write()` says this process is not the active
+operator. So a standby, or a leader that has just lost its Lease, writes nothing.
+
+Owns the write calls (create Lease, create/patch/delete JobRun, create Event, patch
+ScheduledJob status) and their counting. It does not retry or interpret errors: the
+reconciler does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from leasecron.kube.clients import Kube
+from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
+from leasecron.kube.leases import LeaseStore
+from leasecron.kube.objects import ObjectStore
+from leasecron.operator._metrics import STATUS_PATCHES, WRITES
+
+
+class Fenced(Exception):
+    """This process is not the active operator; nothing was sent."""
+
+
+class Writer:
+    """The operator's writes through `kube`, each checked against `may_write()` first."""
+
+    def __init__(self, kube: Kube, *, may_write: Callable[[], bool]) -> None:
+        self._may_write = may_write
+        self._leases = LeaseStore(kube)
+        self._runs = JobRunStore(kube)
+        self._jobs = ScheduledJobStore(kube)
+        self._events = ObjectStore(kube, group="", version="v1", plural="events")
+
+    def _check(self, kind: str) -> None:
+        if not self._may_write():
+            raise Fenced(f"not the active operator: refusing to write a {kind}")
+        WRITES.labels(kind=kind).inc()
+
+    async def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._check("Lease")
+        return await self._leases.create(namespace=namespace, body=body)
+
+    async def create_run(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._check("JobRun")
+        return await self._runs.create(namespace=namespace, body=body)
+
+    async def patch_run(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        self._check("JobRun")
+        return await self._runs.patch_status(namespace=namespace, name=name, patch=patch)
+
+    async def delete_run(self, *, namespace: str, name: str) -> None:
+        self._check("JobRun")
+        await self._runs.delete(namespace=namespace, name=name)
+
+    async def create_event(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._check("Event")
+        return await self._events.create(namespace=namespace, body=body)
+
+    async def patch_status(
+        self, *, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        self._check("ScheduledJob/status")
+        STATUS_PATCHES.inc()
+        return await self._jobs.patch_status(
+            namespace=namespace, name=name, patch={"status": status}
+        )
