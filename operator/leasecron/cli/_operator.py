@@ -1,11 +1,137 @@
-"""`leasecron operator`: placeholder until its owner lands it."""
+"""`leasecron operator`: run the operator (the Helm chart starts it with these flags).
+
+Owns parsing the flags into an `OperatorConfig` (durations are checked when the election
+config is built, and a bad value is reported naming the flag) and the process exit code:
+0 after SIGTERM, 3 when leadership was lost (the pod restarts as a standby), 1 on failure.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
+
 import click
+
+from leasecron._logs import configure
+from leasecron.models.configs import ConfigError, ElectionConfig
+from leasecron.models.identity import make_identity
+from leasecron.operator import DEFAULT_LEASE, OperatorConfig, OperatorProcess
+
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+
+
+def _election(lease_duration: str, renew_deadline: str, retry_period: str) -> ElectionConfig:
+    try:
+        return ElectionConfig(
+            lease_duration=lease_duration,  # type: ignore[arg-type]
+            renew_deadline=renew_deadline,  # type: ignore[arg-type]
+            retry_period=retry_period,  # type: ignore[arg-type]
+        )
+    except ConfigError as e:
+        flags = str(e)
+        for field, flag in (
+            ("leaseDuration", "--election-lease-duration"),
+            ("renewDeadline", "--election-renew-deadline"),
+            ("retryPeriod", "--election-retry-period"),
+        ):
+            flags = flags.replace(field, flag)
+        raise click.BadParameter(flags) from e
 
 
 @click.command("operator")
-def operator_command() -> None:
-    """Not available in this build."""
-    raise click.ClickException("leasecron operator is not available in this build")
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    metavar="NS",
+    help="Namespace to watch (repeatable). None: every namespace.",
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=9090,
+    show_default=True,
+    help="Port of the Prometheus /metrics endpoint (0 disables it).",
+)
+@click.option(
+    "--health-port",
+    type=int,
+    default=8080,
+    show_default=True,
+    help="Port of /healthz and /readyz (0 disables them).",
+)
+@click.option(
+    "--bind-address",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics and health endpoints listen on.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
+@click.option(
+    "--election-lease-duration",
+    default="15s",
+    show_default=True,
+    help="How long a standby waits after the Lease last changed before taking over.",
+)
+@click.option(
+    "--election-renew-deadline",
+    default="10s",
+    show_default=True,
+    help="How long the leader keeps trying to renew before it steps down.",
+)
+@click.option(
+    "--election-retry-period",
+    default="2s",
+    show_default=True,
+    help="Interval between the leader's renewals.",
+)
+@click.option(
+    "--election-lease-name",
+    default=DEFAULT_LEASE,
+    show_default=True,
+    help="Name of the election Lease.",
+)
+@click.option(
+    "--election-namespace",
+    default=None,
+    help="Namespace of the election Lease [default: $POD_NAMESPACE or default].",
+)
+@click.option(
+    "--identity",
+    default=None,
+    help="This replica's identity in the election [default: pod name + suffix].",
+)
+def operator_command(
+    namespaces: tuple[str, ...],
+    metrics_port: int,
+    health_port: int,
+    bind_address: str,
+    log_level: str,
+    election_lease_duration: str,
+    election_renew_deadline: str,
+    election_retry_period: str,
+    election_lease_name: str,
+    election_namespace: str | None,
+    identity: str | None,
+) -> None:
+    """Run the leasecron operator: validation, status, missed-run alarms, history, Leases."""
+    election = _election(election_lease_duration, election_renew_deadline, election_retry_period)
+    configure(level=log_level)
+    config = OperatorConfig(
+        identity=identity or make_identity(),
+        namespaces=tuple(dict.fromkeys(namespaces)),
+        election=election,
+        election_namespace=election_namespace or os.environ.get(POD_NAMESPACE_ENV) or "default",
+        election_lease=election_lease_name,
+        metrics_port=metrics_port,
+        health_port=health_port,
+        bind_address=bind_address,
+    )
+    code = asyncio.run(OperatorProcess(config).run())
+    sys.exit(code)

@@ -116,17 +116,21 @@ class World:
         self._by_label: dict[tuple[str, str], str] = {}
         self._run_index: dict[tuple[str, str], dict[str, RunView]] = defaultdict(dict)
         self._member_index: dict[tuple[str, str], dict[str, Member]] = defaultdict(dict)
+        self._started: set[int] = set()
+        for informer in self._leases.values():
+            informer.subscribe(self._lease_event)
+        for informer in self._runs.values():
+            informer.subscribe(self._run_event)
 
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
-        """List and start watching Leases and JobRuns; returns once both caches are synced."""
-        for informer in self._leases.values():
-            informer.subscribe(self._lease_event)
-            await informer.start()
-        for informer in self._runs.values():
-            informer.subscribe(self._run_event)
-            await informer.start()
+        """List and start watching Leases and JobRuns; returns once all caches are synced.
+        Raises the KubeError of a failed list; calling it again resumes where it failed."""
+        for informer in [*self._leases.values(), *self._runs.values()]:
+            if id(informer) not in self._started:
+                await informer.start()
+                self._started.add(id(informer))
 
     async def stop(self) -> None:
         for informer in [*self._leases.values(), *self._runs.values()]:

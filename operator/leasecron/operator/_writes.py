@@ -13,10 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from leasecron.kube.clients import Kube
-from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
+from leasecron.kube.jobruns import JobRunStore
 from leasecron.kube.leases import LeaseStore
-from leasecron.kube.objects import ObjectStore
+from leasecron.kube.objects import MERGE_PATCH, ObjectStore
+from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION
 from leasecron.operator._metrics import STATUS_PATCHES, WRITES
+
+FIELD_MANAGER = "leasecron-operator"
+"""The field manager of the status the operator writes (see metadata.managedFields)."""
 
 
 class Fenced(Exception):
@@ -30,7 +34,8 @@ class Writer:
         self._may_write = may_write
         self._leases = LeaseStore(kube)
         self._runs = JobRunStore(kube)
-        self._jobs = ScheduledJobStore(kube)
+        self._kube = kube
+        self._jobs = ObjectStore(kube, group=GROUP, version=VERSION, plural=SCHEDULEDJOB_PLURAL)
         self._events = ObjectStore(kube, group="", version="v1", plural="events")
 
     def _check(self, kind: str) -> None:
@@ -65,6 +70,11 @@ class Writer:
     ) -> dict[str, Any]:
         self._check("ScheduledJob/status")
         STATUS_PATCHES.inc()
-        return await self._jobs.patch_status(
-            namespace=namespace, name=name, patch={"status": status}
+        path = self._jobs.path(namespace=namespace, name=name, subresource="status")
+        return await self._kube.request(
+            "PATCH",
+            path,
+            body={"status": status},
+            query={"fieldManager": FIELD_MANAGER},
+            content_type=MERGE_PATCH,
         )
