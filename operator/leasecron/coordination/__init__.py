@@ -1,1 +1,66 @@
-"""Locks, elections and fencing on coordination.k8s.io/v1 Leases, over the kube layer."""
+"""Locks, elections and fencing on coordination.k8s.io/v1 Leases, over the kube layer.
+
+One async implementation (`TickLock`, `Elector`, `Grant`, `KeepAlive`), its sync front end
+(`BackgroundLoop` + thin wrappers), and `lease_informer()`, the watch-fed cache that every
+lock and elector of a process shares so that a replica which sees a live grant sends nothing.
+"""
+
+from __future__ import annotations
+
+from leasecron.coordination._views import LeaseCache, LeaseView
+from leasecron.coordination.background import (
+    BackgroundLoop,
+    SyncElector,
+    SyncGrant,
+    SyncTickLock,
+)
+from leasecron.coordination.elections import Elector, Term
+from leasecron.coordination.grants import Grant, KeepAlive, LostEvent, LostLockError
+from leasecron.coordination.locks import TickLock
+from leasecron.coordination.resourcelocks import (
+    LEASE_SELECTOR,
+    ROLE_JOB,
+    ROLE_LEADER,
+    LeaseLock,
+    default_labels,
+)
+from leasecron.kube.clients import Kube
+from leasecron.kube.leases import LeaseStore
+from leasecron.kube.watches import Informer
+from leasecron.models.clocks import SYSTEM_CLOCK, Clock
+
+
+def lease_informer(
+    kube: Kube,
+    *,
+    namespace: str,
+    label_selector: str = LEASE_SELECTOR,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Informer:
+    """The Informer (not started) on `namespace`'s job and leader Leases, to share between
+    all TickLocks and Electors of a process."""
+    path = LeaseStore(kube).collection_path(namespace=namespace)
+    return Informer(kube, path=path, label_selector=label_selector, clock=clock)
+
+
+__all__ = [
+    "LEASE_SELECTOR",
+    "ROLE_JOB",
+    "ROLE_LEADER",
+    "BackgroundLoop",
+    "Elector",
+    "Grant",
+    "KeepAlive",
+    "LeaseCache",
+    "LeaseLock",
+    "LeaseView",
+    "LostEvent",
+    "LostLockError",
+    "SyncElector",
+    "SyncGrant",
+    "SyncTickLock",
+    "Term",
+    "TickLock",
+    "default_labels",
+    "lease_informer",
+]

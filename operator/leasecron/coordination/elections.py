@@ -1,0 +1,403 @@
+"""`Elector`: leader election on one Lease, for single-owner jobs and a group's scheduler
+leader; client-go's LeaderElector with ReleaseOnCancel, written against a watch-fed view.
+
+Owns the loop, the only place with timing: a leader renews every retryPeriod and steps down
+at once (term.lost set, on_stopped_leading, LEADER gauge 0) when it has not renewed for
+renewDeadline, then contends again: an elector never gives up for good. A standby sends no
+request while a grant is live; it wakes when the Lease changes (a released Lease is taken
+within milliseconds) or by a timer exactly at local expiry (observed_at + leaseDuration).
+`stop(release=True)` stops the loop, ends the term (on_stopped_leading is awaited) and then
+writes the release (holder "", duration 1 s) so a standby takes over at once.
+
+Callbacks may be sync or async; exceptions in them are logged and never stop the loop.
+on_started_leading runs as its own task, cancelled when the term ends. What it does not
+promise (DESIGN §7): that a leader paused longer than its lease cannot act after losing it;
+the term's token (leaseTransitions) is what makes such stale writes detectable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from leasecron._logs import get_logger
+from leasecron._metrics import LEADER, LEADERSHIP_CHANGES
+from leasecron.coordination._views import LeaseCache, LeaseView, Seen
+from leasecron.coordination.grants import LostEvent, LostLockError, call_listener
+from leasecron.coordination.resourcelocks import ROLE_LEADER, LeaseLock, default_labels
+from leasecron.kube.clients import Kube
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError
+from leasecron.kube.leases import LeaseStore
+from leasecron.models.clocks import SYSTEM_CLOCK, Clock
+from leasecron.models.configs import ElectionConfig
+from leasecron.models.decisions import Acquire, Renew, StandBy, decide_election, free_record
+from leasecron.models.leases import parse_lease
+
+Callback = Callable[..., Any]
+_WRITE_FAILURES = (KubeError, TimeoutError)
+
+
+@dataclass(frozen=True, eq=False)
+class Term:
+    """One ownership term: the fencing token is the Lease's leaseTransitions for it."""
+
+    token: int
+    identity: str
+    started_at: float
+    lost: LostEvent = field(default_factory=LostEvent)
+
+    def assert_held(self) -> None:
+        """Raise LostLockError once the term has ended."""
+        if self.lost.is_set():
+            raise LostLockError(f"term {self.token} of {self.identity} has ended")
+
+
+class Elector:
+    """Contends for one Lease forever (until stopped); leads while it holds it."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        cache: LeaseCache | LeaseView | None,
+        *,
+        namespace: str,
+        name: str,
+        config: ElectionConfig,
+        identity: str,
+        clock: Clock = SYSTEM_CLOCK,
+        on_started_leading: Callback | None = None,
+        on_stopped_leading: Callback | None = None,
+        on_new_leader: Callback | None = None,
+        labels: Mapping[str, str] | None = None,
+        owner_reference: Mapping[str, Any] | None = None,
+        stagger: Callable[[], float] | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.config = config
+        self.identity = identity
+        self._clock = clock
+        view = (
+            LeaseView.shared(cache, clock=clock)
+            if cache is not None
+            else LeaseView(None, clock=clock)
+        )
+        self.lease = LeaseLock(
+            LeaseStore(kube),
+            view,
+            namespace=namespace,
+            name=name,
+            labels=default_labels(ROLE_LEADER, labels),
+            owner_reference=owner_reference,
+        )
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._on_new_leader = on_new_leader
+        self._stagger = stagger
+        self._log = get_logger("leasecron.coordination").bind(
+            lease=name, namespace=namespace, identity=identity
+        )
+        self._term: Term | None = None
+        self._last_token: int | None = None
+        self._last_renew = 0.0
+        self._last_attempt = 0.0
+        self._leader = ""
+        self._stopping = False
+        self._running = False
+        self._leading_event = asyncio.Event()
+        self._stopped_event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._callbacks: set[asyncio.Task[None]] = set()
+        self._term_task: asyncio.Task[None] | None = None
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._term is not None
+
+    @property
+    def term(self) -> Term | None:
+        return self._term
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the current term (None while not leading)."""
+        return self._term.token if self._term is not None else None
+
+    @property
+    def leader(self) -> str:
+        """The holder this elector last observed ("" when none)."""
+        return self._leader
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Contend and lead until `stop()`."""
+        if self._running:
+            raise RuntimeError(f"elector for {self.namespace}/{self.name} is already running")
+        self._running, self._stopping = True, False
+        self._stopped_event.clear()
+        try:
+            while not self._stopping:
+                if self._term is None:
+                    await self._contend()
+                else:
+                    await self._lead()
+        finally:
+            if self._term is not None:
+                await self._step_down("the elector stopped")
+            self._running = False
+            self._stopped_event.set()
+
+    def start(self) -> asyncio.Task[None]:
+        """Run in a background task (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name=f"elector {self.name}")
+        return self._task
+
+    async def stop(self, *, release: bool = True) -> None:
+        """Stop contending; end the term (on_stopped_leading awaited), then release."""
+        self._stopping = True
+        self.lease.view.kick(self.namespace, self.name)
+        if self._running:
+            await self._stopped_event.wait()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if release:
+            await self._release()
+
+    async def wait_leading(self, *, timeout: float | None = None) -> Term | None:  # noqa: ASYNC109
+        """The term once this elector leads; None when `timeout` passes first."""
+        try:
+            await asyncio.wait_for(self._leading_event.wait(), timeout)
+        except TimeoutError:
+            return None
+        return self._term
+
+    @contextlib.asynccontextmanager
+    async def leading(self) -> AsyncIterator[Term]:
+        """`async with elector.leading() as term:` runs the elector (if not running), waits
+        until it leads, and on exit stops it and releases the Lease."""
+        self.start()
+        try:
+            term = None
+            while term is None:
+                term = await self.wait_leading()
+            yield term
+        finally:
+            await self.stop(release=True)
+
+    # --- standby ------------------------------------------------------------------------------
+
+    def _changed_since(self, rv: str | None) -> Callable[[], bool]:
+        def changed() -> bool:
+            seen = self.lease.observe()
+            return self._stopping or (seen.resource_version if seen else None) != rv
+
+        return changed
+
+    async def _wait_change(self, rv: str | None, timeout: float) -> bool:  # noqa: ASYNC109
+        return await self.lease.view.wait_for(
+            self.namespace, self.name, self._changed_since(rv), timeout=max(0.0, timeout)
+        )
+
+    async def _contend(self) -> None:
+        seen = self.lease.observe()
+        decision = decide_election(
+            current=seen.observation if seen is not None else None,
+            leading=False,
+            identity=self.identity,
+            config=self.config,
+            now_mono=self._clock.monotonic(),
+            now_wall=self._clock.now(),
+            name=self.name,
+            namespace=self.namespace,
+        )
+        rv = seen.resource_version if seen is not None else None
+        if isinstance(decision, StandBy):
+            self._observe_leader(decision.holder)
+            await self._wait_change(rv, decision.until - self._clock.monotonic())
+            return
+        assert isinstance(decision, Acquire)
+        delay = self._stagger() if self._stagger is not None else 0.0
+        if delay > 0 and await self._wait_change(rv, delay):
+            return  # the Lease changed while we waited: decide again
+        await self._acquire(decision, seen)
+
+    async def _acquire(self, decision: Acquire, seen: Seen | None) -> None:
+        sent = self._clock.monotonic()
+        timeout = self.config.renew_deadline.total_seconds()
+        try:
+            if decision.create:
+                obj = await self.lease.create(decision.record, timeout=timeout)
+            else:
+                obj = await self.lease.update(decision.record, base=seen, timeout=timeout)
+        except (Conflict, AlreadyExists):
+            self._log.debug("lost the race for the lease")
+            if not await self._refresh(timeout):
+                await self._pause()
+            return
+        except _WRITE_FAILURES as e:
+            self._log.info("could not acquire the lease", error=repr(e))
+            await self._pause()
+            return
+        await self._start_term(parse_lease(obj).transitions, sent)
+
+    async def _refresh(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """GET the Lease after a conflict so the next decision sees what won."""
+        try:
+            await self.lease.get(timeout=max(0.01, timeout))
+        except _WRITE_FAILURES:
+            return False
+        return True
+
+    async def _pause(self) -> None:
+        """Wait one retryPeriod (or until stopped) after a failed write."""
+        await self.lease.view.wait_for(
+            self.namespace,
+            self.name,
+            lambda: self._stopping,
+            timeout=self.config.retry_period.total_seconds(),
+        )
+
+    # --- leading ------------------------------------------------------------------------------
+
+    def _taken_from(self, term: Term) -> str | None:
+        seen = self.lease.observe()
+        if seen is None:
+            return "the Lease was deleted"
+        record = seen.observation.record
+        if record.holder != self.identity or record.transitions != term.token:
+            return f"the Lease is held by {record.holder or 'nobody'} now"
+        return None
+
+    async def _lead(self) -> None:
+        term = self._term
+        assert term is not None
+        retry = self.config.retry_period.total_seconds()
+        step_down_at = self._last_renew + self.config.renew_deadline.total_seconds()
+        next_attempt = self._last_attempt + retry
+        now = self._clock.monotonic()
+        if now >= step_down_at:
+            await self._step_down("could not renew within renewDeadline")
+            return
+        if now < next_attempt:
+            await self.lease.view.wait_for(
+                self.namespace,
+                self.name,
+                lambda: self._stopping or self._taken_from(term) is not None,
+                timeout=min(next_attempt, step_down_at) - now,
+            )
+            return  # re-evaluate: stopping, taken, deadline or time to renew
+        reason = self._taken_from(term)
+        if reason is not None:
+            await self._step_down(reason)
+            return
+        await self._renew(step_down_at)
+
+    async def _renew(self, step_down_at: float) -> None:
+        self._last_attempt = sent = self._clock.monotonic()
+        seen = self.lease.observe()
+        decision = decide_election(
+            current=seen.observation if seen is not None else None,
+            leading=True,
+            identity=self.identity,
+            config=self.config,
+            now_mono=sent,
+            now_wall=self._clock.now(),
+            name=self.name,
+            namespace=self.namespace,
+        )
+        if not isinstance(decision, Renew):
+            holder = seen.observation.record.holder if seen is not None else ""
+            await self._step_down(f"the Lease is held by {holder or 'nobody'} now")
+            return
+        try:
+            await self.lease.update(decision.record, base=seen, timeout=step_down_at - sent)
+        except Conflict:
+            if await self._refresh(step_down_at - self._clock.monotonic()):
+                self._last_attempt = 0.0  # retry at once with what the server said
+            return
+        except _WRITE_FAILURES as e:
+            self._log.info("renew failed", token=self.token, error=repr(e))
+            return
+        self._last_renew = sent
+
+    async def _start_term(self, token: int, sent: float) -> None:
+        term = Term(token=token, identity=self.identity, started_at=sent)
+        self._term, self._last_token = term, token
+        self._last_renew = self._last_attempt = sent
+        self._log.info("started leading", token=token)
+        LEADER.labels(namespace=self.namespace, lease=self.name).set(1)
+        LEADERSHIP_CHANGES.labels(namespace=self.namespace, lease=self.name, event="started").inc()
+        self._leading_event.set()
+        self._observe_leader(self.identity)
+        if self._on_started is not None:
+            self._term_task = asyncio.create_task(
+                call_listener(
+                    self._on_started, term, what="on_started_leading", lease=self.name, token=token
+                ),
+                name=f"term {token} of {self.name}",
+            )
+
+    async def _step_down(self, reason: str) -> None:
+        term, self._term = self._term, None
+        if term is None:
+            return
+        self._leading_event.clear()
+        self._log.warning("stopped leading", token=term.token, reason=reason)
+        LEADER.labels(namespace=self.namespace, lease=self.name).set(0)
+        LEADERSHIP_CHANGES.labels(namespace=self.namespace, lease=self.name, event="stopped").inc()
+        term.lost.set()
+        task, self._term_task = self._term_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._on_stopped is not None:
+            await call_listener(
+                self._on_stopped, term, what="on_stopped_leading", lease=self.name, token=term.token
+            )
+
+    def _observe_leader(self, holder: str) -> None:
+        if holder == self._leader:
+            return
+        self._leader = holder
+        if holder and self._on_new_leader is not None:
+            task = asyncio.create_task(
+                call_listener(self._on_new_leader, holder, what="on_new_leader", lease=self.name)
+            )
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
+
+    # --- release --------------------------------------------------------------------------
+
+    async def _release(self) -> None:
+        """Write holder "" / duration 1 if the Lease still shows our last term."""
+        timeout = self.config.renew_deadline.total_seconds()
+        for attempt in range(2):
+            seen = self.lease.observe()
+            if seen is None:
+                return
+            record = seen.observation.record
+            if record.holder != self.identity or record.transitions != self._last_token:
+                return
+            try:
+                await self.lease.update(
+                    free_record(record, now_wall=self._clock.now()), base=seen, timeout=timeout
+                )
+            except Conflict:
+                if attempt == 0 and await self._refresh(timeout):
+                    continue
+                return
+            except _WRITE_FAILURES as e:
+                self._log.info("release failed; the lease will expire", error=repr(e))
+                return
+            self._log.info("released the lease", token=self._last_token)
+            return

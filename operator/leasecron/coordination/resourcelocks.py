@@ -1,0 +1,109 @@
+"""`LeaseLock`: get, create and update of one Lease, and nothing else (client-go's
+resourcelock.LeaseLock). No timing and no decisions: those live in the loops that use it.
+
+Owns the labels and owner reference leasecron puts on its Leases, the conversion from a
+`LeaseRecord` to the object written (`models.leases.lease_body`, preserving everything on the
+Lease that is not ours), and feeding every response back into the process's `LeaseView`, so
+that the next decision starts from what the server said. Every update is conditional on the
+resourceVersion the decision was based on. It does not retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from leasecron.coordination._views import LeaseView, Seen
+from leasecron.kube.leases import LeaseStore
+from leasecron.models.leases import LeaseRecord, lease_body
+from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
+
+ROLE_JOB = "job"
+ROLE_LEADER = "leader"
+LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER})"
+"""The label selector of the Leases a process watches for its locks and electors."""
+
+
+def default_labels(role: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """leasecron's labels for a Lease of `role`, with `extra` merged over them."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: role}
+    labels.update(extra or {})
+    return labels
+
+
+class LeaseLock:
+    """One Lease: read it from the view (free) or the server (a GET), create it, update it."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        view: LeaseView,
+        *,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        owner_reference: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.view = view
+        self.namespace = namespace
+        self.name = name
+        self.labels = dict(labels)
+        self.owner_reference = dict(owner_reference) if owner_reference else None
+
+    def __repr__(self) -> str:
+        return f"LeaseLock({self.namespace}/{self.name})"
+
+    def observe(self) -> Seen | None:
+        """What this process knows of the Lease, without a request."""
+        return self.view.seen(self.namespace, self.name)
+
+    async def get(self, *, timeout: float | None = None) -> Seen | None:  # noqa: ASYNC109
+        """GET the Lease (after a conflict, or when the cache does not select it)."""
+        obj = await asyncio.wait_for(
+            self.store.get(namespace=self.namespace, name=self.name), timeout
+        )
+        if obj is None:
+            self.view.forget(self.namespace, self.name)
+        else:
+            self.view.note(obj)
+        return self.observe()
+
+    def body(self, record: LeaseRecord, *, base: Seen | None) -> dict[str, Any]:
+        return lease_body(
+            record,
+            base=base.obj if base is not None else None,
+            labels=self.labels,
+            owner_reference=self.owner_reference,
+        )
+
+    async def create(
+        self,
+        record: LeaseRecord,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """Create the Lease holding `record`; AlreadyExists when someone was first."""
+        body = self.body(record, base=None)
+        body["metadata"].pop("resourceVersion", None)
+        obj = await asyncio.wait_for(
+            self.store.create(namespace=self.namespace, body=body), timeout
+        )
+        self.view.note(obj)
+        return obj
+
+    async def update(
+        self,
+        record: LeaseRecord,
+        *,
+        base: Seen | None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """PUT `record` conditionally on its resourceVersion; Conflict when it is stale."""
+        obj = await asyncio.wait_for(
+            self.store.replace(namespace=self.namespace, body=self.body(record, base=base)),
+            timeout,
+        )
+        self.view.note(obj)
+        return obj

@@ -1,0 +1,263 @@
+"""Once-per-tick claims against the real API server: one conditional write per claim, silence
+from replicas that see the tick taken, release and atLeastFor, keep-alive and lost grants."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes.client import ApiClient, CoordinationV1Api
+
+from leasecron.coordination import (
+    BackgroundLoop,
+    Grant,
+    LostLockError,
+    SyncTickLock,
+    TickLock,
+    lease_informer,
+)
+from leasecron.kube.clients import Kube
+from leasecron.kube.watches import Informer
+from leasecron.models.clocks import FakeClock
+from leasecron.models.configs import LockConfig
+from leasecron.models.leases import parse_lease
+from leasecron.models.names import ANNOTATION_TICK
+
+pytestmark = pytest.mark.integration
+T = TypeVar("T")
+LEASE = "leasecron-job-report"
+TICK = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+SHORT = LockConfig(at_most_for=2)
+WAIT = 10.0
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(scenario())
+
+
+@dataclass
+class Replica:
+    kube: Kube
+    informer: Informer
+    identity: str
+
+    def lock(self, namespace: str, config: LockConfig = SHORT, **kw: Any) -> TickLock:
+        return TickLock(
+            self.kube,
+            self.informer,
+            namespace=namespace,
+            name=LEASE,
+            config=config,
+            identity=self.identity,
+            **kw,
+        )
+
+    async def sees(self, namespace: str, predicate: Callable[[dict[str, Any]], bool]) -> bool:
+        def check() -> bool:
+            obj = self.informer.get(namespace, LEASE)
+            return obj is not None and predicate(obj)
+
+        return await self.informer.wait_for(check, timeout=WAIT)
+
+
+@asynccontextmanager
+async def replicas(api: ApiClient, namespace: str, count: int) -> AsyncIterator[list[Replica]]:
+    started: list[Replica] = []
+    try:
+        for i in range(count):
+            kube = Kube(api, max_workers=4)
+            informer = lease_informer(kube, namespace=namespace)
+            await informer.start()
+            started.append(Replica(kube, informer, f"replica-{i}"))
+        yield started
+    finally:
+        for replica in started:
+            await replica.informer.stop()
+
+
+def lease_obj(api: ApiClient, namespace: str) -> dict[str, Any]:
+    obj = CoordinationV1Api(api).read_namespaced_lease(LEASE, namespace)
+    return dict(api.sanitize_for_serialization(obj))
+
+
+def test_a_claim_writes_the_lease_like_client_go_with_token_and_tick(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    async def scenario() -> Grant | None:
+        async with replicas(kube_api, namespace, 1) as (one,):
+            return await one.lock(namespace).claim(TICK)
+
+    grant = run(scenario)
+    assert grant is not None
+    assert (grant.token, grant.tick, grant.holder) == (1, TICK, "replica-0")
+    obj = lease_obj(kube_api, namespace)
+    assert obj["spec"]["holderIdentity"] == "replica-0"
+    assert obj["spec"]["leaseDurationSeconds"] == 2
+    assert obj["spec"]["leaseTransitions"] == 1
+    assert obj["metadata"]["annotations"][ANNOTATION_TICK] == "2026-01-01T12:00:00Z"
+    assert obj["metadata"]["labels"]["leasecron.dev/role"] == "job"
+
+
+def test_a_replica_that_sees_the_tick_taken_sends_no_request(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    async def scenario() -> None:
+        async with replicas(kube_api, namespace, 2) as (first, second):
+            grant = await first.lock(namespace).claim(TICK)
+            assert grant is not None
+            assert await second.sees(namespace, lambda o: o["spec"]["holderIdentity"] != "")
+            before = second.kube.request_count
+            assert await second.lock(namespace).claim(TICK, stagger=0.05) is None
+            assert await second.lock(namespace).claim(TICK + timedelta(minutes=1)) is None
+            assert second.kube.request_count == before  # taken, then live_grant: both silent
+
+    run(scenario)
+
+
+def test_a_released_lease_is_claimed_for_the_next_tick_with_the_next_token(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    async def scenario() -> list[int]:
+        async with replicas(kube_api, namespace, 2) as (first, second):
+            grant = await first.lock(namespace).claim(TICK)
+            assert grant is not None
+            await grant.release()
+            assert await second.sees(namespace, lambda o: o["spec"]["holderIdentity"] == "")
+            spec = lease_obj(kube_api, namespace)["spec"]
+            assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
+            nxt = await second.lock(namespace).claim(TICK + timedelta(minutes=1))
+            assert nxt is not None
+            with pytest.raises(LostLockError):
+                grant.assert_held()
+            return [grant.token, nxt.token]
+
+    assert run(scenario) == [1, 2]
+
+
+def test_two_replicas_racing_without_a_cache_get_exactly_one_grant(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    async def scenario() -> list[Grant | None]:
+        kubes = [Kube(kube_api, max_workers=2) for _ in range(4)]
+        locks = [
+            TickLock(k, None, namespace=namespace, name=LEASE, config=SHORT, identity=f"r{i}")
+            for i, k in enumerate(kubes)
+        ]
+        return list(await asyncio.gather(*(lock.claim(TICK) for lock in locks)))
+
+    grants = run(scenario)
+    assert sum(g is not None for g in grants) == 1
+
+
+def test_release_within_at_least_for_keeps_the_holder_until_it_has_passed(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    config = LockConfig(at_most_for=3, at_least_for=1.5)
+
+    async def scenario() -> None:
+        async with replicas(kube_api, namespace, 1) as (one,):
+            lock = one.lock(namespace, config)
+            grant = await lock.claim(TICK)
+            assert grant is not None
+            await grant.release()
+            spec = lease_obj(kube_api, namespace)["spec"]
+            assert spec["holderIdentity"] == "replica-0"
+            assert spec["leaseDurationSeconds"] == 2  # 1.5 s rounded up
+            assert await one.sees(namespace, lambda o: o["spec"]["holderIdentity"] == "")
+            await lock.close()
+
+    run(scenario)
+
+
+def test_keep_alive_renews_and_a_takeover_sets_lost_and_calls_listeners(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    calls: list[str] = []
+
+    def bad_listener(grant: Grant, reason: str) -> None:
+        calls.append(reason)
+        raise RuntimeError("listener bug")
+
+    async def scenario() -> None:
+        async with replicas(kube_api, namespace, 1) as (one,):
+            grant = await one.lock(namespace, LockConfig(at_most_for=1.2)).claim(TICK)
+            assert grant is not None
+            async with grant.keep_alive(listeners=[bad_listener]) as keep_alive:
+                first = parse_lease(lease_obj(kube_api, namespace)).renew_time
+                assert await one.sees(namespace, lambda o: parse_lease(o).renew_time != first)
+                assert grant.held
+                obj = lease_obj(kube_api, namespace)
+                obj["spec"].update(holderIdentity="intruder", leaseTransitions=9)
+                CoordinationV1Api(kube_api).replace_namespaced_lease(LEASE, namespace, obj)
+                assert await grant.lost.wait_async(WAIT)
+                assert keep_alive.renewals >= 1
+                await asyncio.sleep(0)  # let the listener task run
+                for _ in range(50):
+                    if calls:
+                        break
+                    await asyncio.sleep(0.01)
+            with pytest.raises(LostLockError, match="intruder"):
+                grant.assert_held()
+            await grant.release()  # never writes over the intruder
+        spec = lease_obj(kube_api, namespace)["spec"]
+        assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("intruder", 9)
+
+    run(scenario)
+    assert len(calls) == 1 and "intruder" in calls[0]
+
+
+def test_a_grant_expires_by_local_time_without_renewal(kube_api: ApiClient, namespace: str) -> None:
+    async def scenario() -> None:
+        async with replicas(kube_api, namespace, 1) as (one,):
+            clock = FakeClock()
+            grant = await one.lock(namespace, clock=clock).claim(TICK)
+            assert grant is not None
+            clock.advance(1.9)
+            grant.assert_held()
+            clock.advance(0.1)
+            with pytest.raises(LostLockError, match="expired"):
+                grant.assert_held()
+            assert grant.lost.is_set()
+            before = one.kube.request_count
+            assert not await grant.renew()
+            assert one.kube.request_count == before
+
+    run(scenario)
+
+
+def test_the_sync_front_end_claims_and_releases_from_a_plain_thread(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    results: list[int] = []
+
+    def app_thread(lock: SyncTickLock) -> None:
+        grant = lock.claim(TICK)
+        assert grant is not None
+        with grant.kept_alive():
+            grant.assert_held()
+            results.append(grant.token)
+        assert lock.claim(TICK) is None
+
+    with BackgroundLoop() as loop:
+
+        async def build() -> SyncTickLock:
+            informer = lease_informer(Kube(kube_api, max_workers=2), namespace=namespace)
+            await informer.start()
+            kube = Kube(kube_api, max_workers=2)
+            lock = TickLock(
+                kube, informer, namespace=namespace, name=LEASE, config=SHORT, identity="t"
+            )
+            return SyncTickLock(lock, loop)
+
+        lock = loop.run(build())
+        thread = threading.Thread(target=app_thread, args=(lock,))
+        thread.start()
+        thread.join(WAIT)
+    assert results == [1]
+    assert lease_obj(kube_api, namespace)["spec"]["holderIdentity"] == ""
