@@ -1,0 +1,76 @@
+"""The enumerations of the leasecron resources, by their user-facing values (DESIGN §3, §4).
+
+Owns the names only; what each value makes happen is decided by the runtime and the operator.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Bucket(StrEnum):
+    """How a job runs across the replicas of its group."""
+
+    EVERY_REPLICA = "every-replica"
+    ONCE_PER_TICK = "once-per-tick"
+    SINGLE_OWNER = "single-owner"
+
+
+class Coordination(StrEnum):
+    """How a once-per-tick job picks its replica: a claim on its own Lease, or the leader."""
+
+    LOCK = "Lock"
+    LEADER = "Leader"
+
+
+class CatchUpPolicy(StrEnum):
+    """What runs for ticks missed while no replica could run them."""
+
+    NONE = "None"
+    LATEST = "Latest"
+    ALL = "All"
+
+
+class StoreUnavailablePolicy(StrEnum):
+    """What a coordinated job does while the API server cannot be reached."""
+
+    SKIP = "Skip"
+    RUN_LOCALLY = "RunLocally"
+
+
+class Outcome(StrEnum):
+    """How a run ended (or that it is still going)."""
+
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    LOST_LOCK = "LostLock"
+    ABANDONED = "Abandoned"
+    MISSED = "Missed"
+    UNGUARDED = "Unguarded"
+
+    @property
+    def finished(self) -> bool:
+        """Everything but Running: the run will not change any more."""
+        return self is not Outcome.RUNNING
+
+    @property
+    def succeeded(self) -> bool:
+        """Counts toward history.succeeded; every other finished outcome counts as failed."""
+        return self is Outcome.SUCCEEDED
+
+
+class ConditionStatus(StrEnum):
+    """The status of a Kubernetes condition."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class ConditionType(StrEnum):
+    """The condition types leasecron sets on a ScheduledJob."""
+
+    VALID = "Valid"
+    READY = "Ready"
+    ON_SCHEDULE = "OnSchedule"
