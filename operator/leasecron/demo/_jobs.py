@@ -3,7 +3,9 @@ works from an installed package. They are the same as `examples/jobs/*.yaml` (a 
 keeps them equal); only the namespace is filled in by `scheduled_jobs`.
 
 Owns the manifests and the few facts the driver derives from them (job names, schedules,
-the single-owner lease duration). Does not apply anything.
+the single-owner lease duration). Without `spec.handler`, each job's handler is its name:
+the example app registers `refresh-cache`, `send-invoices` and `queue-poller`. Does not
+apply anything.
 """
 
 from __future__ import annotations
@@ -26,13 +28,11 @@ _SPECS: dict[str, dict[str, Any]] = {
         "bucket": "every-replica",
         "schedule": "@every 5s",
         "group": GROUP,
-        "handler": "refresh_cache",
     },
     ONCE_PER_TICK_JOB: {
         "bucket": "once-per-tick",
         "schedule": "@every 2s",
         "group": GROUP,
-        "handler": "send_invoices",
         "coordination": "Lock",
         "lock": {"atMostFor": "30s", "atLeastFor": "0s", "keepAlive": True},
         "startingDeadline": "2s",
@@ -42,7 +42,6 @@ _SPECS: dict[str, dict[str, Any]] = {
     SINGLE_OWNER_JOB: {
         "bucket": "single-owner",
         "group": GROUP,
-        "handler": "queue_poller",
         "election": {"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"},
     },
 }

@@ -37,8 +37,8 @@ class LiveState:
         self.stopped: set[str] = set()
         self.invoices: dict[str, list[Run]] = defaultdict(list)
         """send-invoices tick -> runs reported for it."""
-        self.refresh_ticks: list[str] = []
-        """The tick of every refresh-cache run reported."""
+        self.refresh_runs: list[tuple[str, str]] = []
+        """(tick, replica) of every refresh-cache run reported."""
         self.terms: list[TermStart] = []
         self._ended: set[tuple[str, int | None]] = set()
         self._processed: dict[tuple[str, int | None], int] = {}
@@ -57,7 +57,7 @@ class LiveState:
         if event.job == ONCE_PER_TICK_JOB:
             self.invoices[event.tick].append(run)
         elif event.job == EVERY_REPLICA_JOB:
-            self.refresh_ticks.append(event.tick)
+            self.refresh_runs.append((event.tick, event.replica))
             self._cache_since_line.append(event.replica)
         elif event.job == SINGLE_OWNER_JOB:
             key = (event.replica, event.token)
@@ -68,6 +68,10 @@ class LiveState:
                 self.terms.append(TermStart(replica=event.replica, token=event.token, ts=event.ts))
             elif event.outcome == TERM_ENDED:
                 self._ended.add(key)
+
+    def mark_dead(self, replica: str) -> None:
+        """`replica` was killed: its terms ended without a word."""
+        self._ended.update((t.replica, t.token) for t in self.terms if t.replica == replica)
 
     def take_cache_runs(self) -> list[str]:
         """Replicas that refreshed since the last call."""

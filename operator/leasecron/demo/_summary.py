@@ -60,6 +60,8 @@ class Summary:
     ticks: int
     every_replica_ticks: int
     runs_every_replica: int
+    every_replica_repeats: int
+    """(tick, replica) pairs run more than once: each replica runs each tick at most once."""
     runs_once_per_tick: int
     single_owner_terms: int
     term_tokens: tuple[int, ...]
@@ -85,6 +87,7 @@ class Summary:
                 "once-per-tick": self.runs_once_per_tick,
                 "single-owner-terms": self.single_owner_terms,
             },
+            "every_replica_repeats": self.every_replica_repeats,
             "term_tokens": list(self.term_tokens),
             "duplicates": self.duplicates,
             "missed": self.missed,
@@ -103,16 +106,17 @@ def summarize(
     replicas: int,
     window: Window,
     attempts: Iterable[Attempt],
-    refresh_ticks: Iterable[str],
+    refresh_runs: Iterable[tuple[str, str]],
     terms: Iterable[Term],
     invoices: int,
     mails: tuple[int, int],
     jobruns: int,
     failover: Failover,
 ) -> Summary:
-    """The figures. `refresh_ticks` holds the tick of every refresh-cache run reported (one
-    entry per run); `jobruns` the send-invoices JobRuns with a tick in the window."""
+    """The figures. `refresh_runs` holds (tick, replica) of every refresh-cache run reported;
+    `jobruns` counts the send-invoices JobRuns with a tick in the window."""
     attempts = list(attempts)
+    refreshes = Counter(refresh_runs)
     per_tick = Counter(a.tick for a in attempts)
     invoice_ticks = window.ticks(ONCE_PER_TICK_JOB)
     cache_ticks = set(window.ticks(EVERY_REPLICA_JOB))
@@ -122,7 +126,8 @@ def summarize(
         window_s=window.seconds,
         ticks=len(invoice_ticks),
         every_replica_ticks=len(cache_ticks),
-        runs_every_replica=sum(1 for tick in refresh_ticks if tick in cache_ticks),
+        runs_every_replica=sum(n for (tick, _), n in refreshes.items() if tick in cache_ticks),
+        every_replica_repeats=sum(1 for n in refreshes.values() if n > 1),
         runs_once_per_tick=sum(per_tick[tick] for tick in invoice_ticks),
         single_owner_terms=len(term_tokens),
         term_tokens=term_tokens,

@@ -40,7 +40,7 @@ def test_runs_are_grouped_by_tick_and_cache_runs_are_taken_once() -> None:
     assert state.invoices[TICK] == [Run(replica="r-1", token=7, outcome="written")]
     assert sorted(state.take_cache_runs()) == ["r-1", "r-2"]
     assert state.take_cache_runs() == []
-    assert state.refresh_ticks == [TICK, TICK]
+    assert state.refresh_runs == [(TICK, "r-1"), (TICK, "r-2")]
 
 
 def test_the_current_term_is_the_newest_one_that_has_not_ended() -> None:
@@ -50,6 +50,13 @@ def test_the_current_term_is_the_newest_one_that_has_not_ended() -> None:
     assert state.poller_run() == Run(replica="r-1", token=1, outcome="4 mails")
     state.apply(event("r-1", job="queue-poller", token=1, outcome="term-ended"))
     assert state.current_term() is None
+
+
+def test_the_terms_of_a_killed_replica_end_without_a_word_from_it() -> None:
+    state = LiveState()
+    state.apply(event("r-1", job="queue-poller", token=1, outcome="term-started"))
+    state.mark_dead("r-1")
+    assert state.poller_run() is None
 
 
 def test_the_successor_is_another_replica_with_a_higher_token() -> None:

@@ -19,12 +19,14 @@ def attempt(offset: int, outcome: str = "written") -> Attempt:
     return Attempt(tick=tick(offset), token=offset, replica="r", outcome=outcome, at=0.0)
 
 
-def summary_of(attempts: list[Attempt], *, refresh: list[str] | None = None) -> dict[str, object]:
+def summary_of(
+    attempts: list[Attempt], *, refresh: list[tuple[str, str]] | None = None
+) -> dict[str, object]:
     return summarize(
         replicas=3,
         window=Window(start=START, end=START + 10),
         attempts=attempts,
-        refresh_ticks=refresh or [],
+        refresh_runs=refresh or [],
         terms=[
             Term(job="q", token=t, replica="r", started_at=0, ended_at=None, processed=0)
             for t in (1, 3)
@@ -61,8 +63,15 @@ def test_runs_outside_the_window_are_not_counted_as_runs_but_still_as_duplicates
 
 
 def test_every_replica_runs_count_only_ticks_of_that_job_in_the_window() -> None:
-    figures = summary_of([], refresh=[tick(5)] * 3 + [tick(10)] * 2 + [tick(15)])
+    runs = [(tick(5), r) for r in "abc"] + [(tick(10), r) for r in "ab"] + [(tick(15), "a")]
+    figures = summary_of([], refresh=runs)
     assert (figures["every_replica_ticks"], figures["runs"]["every-replica"]) == (2, 5)  # type: ignore[index]
+    assert figures["every_replica_repeats"] == 0
+
+
+def test_a_replica_running_the_same_every_replica_tick_twice_is_a_repeat() -> None:
+    figures = summary_of([], refresh=[(tick(5), "a"), (tick(5), "a"), (tick(5), "b")])
+    assert figures["every_replica_repeats"] == 1
 
 
 def test_the_takeover_time_is_reported_in_seconds() -> None:
