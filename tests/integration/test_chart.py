@@ -8,6 +8,7 @@ permissions, not at a running operator.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import secrets
@@ -23,6 +24,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from leasecron.cli import main
 from leasecron.testing import (
     KUBERNETES_VERSION,
     Assets,
@@ -214,6 +216,29 @@ def test_every_rendered_object_carries_the_recommended_labels(helm: Helm) -> Non
     ]
     assert unlabelled == []
     assert {o["metadata"]["labels"]["app.kubernetes.io/version"] for o in objects} == {"0.1.0"}
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [(), ("operator.namespaces={team-a,team-b}", "operator.logLevel=debug")],
+    ids=["defaults", "namespaced"],
+)
+def test_the_operator_command_line_accepts_the_rendered_arguments(
+    helm: Helm, sets: tuple[str, ...]
+) -> None:
+    container = _container(helm.template(*sets))
+    program, subcommand = container["command"]
+    command = main.commands[subcommand]
+    with command.make_context(subcommand, list(container["args"])) as context:
+        params = context.params
+
+    assert program == "leasecron"
+    assert params["namespaces"] == tuple(
+        arg.removeprefix("--namespace=")
+        for arg in container["args"]
+        if arg.startswith("--namespace=")
+    )
+    assert params["election_lease_name"] == "leasecron-operator"
 
 
 def test_by_default_the_operator_is_bound_cluster_wide_and_may_list_namespaces(
@@ -461,6 +486,23 @@ def _install(helm: Helm, *, kubeconfig: Path, namespace: str, sets: Sequence[str
     return release
 
 
+@contextlib.contextmanager
+def _installed(
+    helm: Helm, *, cluster: ClusterAccess, namespace: str, sets: Sequence[str] = ()
+) -> Iterator[Release]:
+    """A release installed for the duration of the `with` block."""
+    release = _install(helm, kubeconfig=cluster.kubeconfig, namespace=namespace, sets=sets)
+    try:
+        yield release
+    finally:
+        helm.run("uninstall", release.name, "-n", namespace, kubeconfig=cluster.kubeconfig)
+
+
+def _app_sets(namespace: str) -> list[str]:
+    """Values binding the app ClusterRole to ServiceAccount `app` in `namespace` only."""
+    return [f"app.namespaces={{{namespace}}}", "app.serviceAccounts[0].name=app"]
+
+
 def _exists(read: Any, **kwargs: str) -> bool:
     try:
         read(**kwargs)
@@ -504,7 +546,7 @@ def test_helm_install_creates_established_crds_and_every_object_and_uninstall_re
         helm,
         kubeconfig=controlplane.kubeconfig,
         namespace=namespace,
-        sets=[f"app.namespaces={{{namespace}}}", "app.serviceAccounts[0].name=app"],
+        sets=_app_sets(namespace),
     )
     for crd in CRD_NAMES:
         wait_crd_established(kube_api, name=crd)
@@ -524,9 +566,8 @@ def test_helm_install_creates_established_crds_and_every_object_and_uninstall_re
 def test_a_cluster_wide_install_lets_the_operator_keep_status_and_leases_everywhere(
     helm: Helm, controlplane: ClusterAccess, kube_api: client.ApiClient, namespace: str
 ) -> None:
-    release = _install(helm, kubeconfig=controlplane.kubeconfig, namespace=namespace, sets=[])
     elsewhere = f"{namespace}-elsewhere"
-    try:
+    with _installed(helm, cluster=controlplane, namespace=namespace) as release:
         _assert_access(
             kube_api,
             serviceaccount=release.operator_serviceaccount,
@@ -547,8 +588,6 @@ def test_a_cluster_wide_install_lets_the_operator_keep_status_and_leases_everywh
                 Access("create", "pods", namespace): False,
             },
         )
-    finally:
-        helm.run("uninstall", release.name, "-n", namespace, kubeconfig=controlplane.kubeconfig)
 
 
 def test_a_namespaced_install_gives_the_operator_no_rights_outside_its_namespaces(
@@ -559,14 +598,9 @@ def test_a_namespaced_install_gives_the_operator_no_rights_outside_its_namespace
     other_namespace: str,
 ) -> None:
     watched = other_namespace
-    release = _install(
-        helm,
-        kubeconfig=controlplane.kubeconfig,
-        namespace=namespace,
-        sets=[f"operator.namespaces={{{watched}}}"],
-    )
-    election = f"{release.name}-operator"
-    try:
+    sets = [f"operator.namespaces={{{watched}}}"]
+    with _installed(helm, cluster=controlplane, namespace=namespace, sets=sets) as release:
+        election = f"{release.name}-operator"
         _assert_access(
             kube_api,
             serviceaccount=release.operator_serviceaccount,
@@ -575,30 +609,24 @@ def test_a_namespaced_install_gives_the_operator_no_rights_outside_its_namespace
                 _leases("update", watched): True,
                 _leases("update", namespace, election): True,
                 _leases("get", namespace, election): True,
+                _leases("watch", namespace, election): True,
                 _leases("create", namespace): True,
                 Access("watch", "customresourcedefinitions", group="apiextensions.k8s.io"): True,
                 _leases("update", namespace, "leasecron-job-someone-elses"): False,
+                _leases("list", namespace): False,
                 _leases("update", f"{namespace}-elsewhere"): False,
                 _leasecron("patch", "scheduledjobs", namespace, "status"): False,
                 _leasecron("patch", "scheduledjobs", f"{namespace}-elsewhere", "status"): False,
                 Access("list", "namespaces"): False,
             },
         )
-    finally:
-        helm.run("uninstall", release.name, "-n", namespace, kubeconfig=controlplane.kubeconfig)
 
 
 def test_the_app_service_account_may_run_jobs_only_in_the_listed_namespaces(
     helm: Helm, controlplane: ClusterAccess, kube_api: client.ApiClient, namespace: str
 ) -> None:
-    release = _install(
-        helm,
-        kubeconfig=controlplane.kubeconfig,
-        namespace=namespace,
-        sets=[f"app.namespaces={{{namespace}}}", "app.serviceAccounts[0].name=app"],
-    )
     unlisted = f"{namespace}-unlisted"
-    try:
+    with _installed(helm, cluster=controlplane, namespace=namespace, sets=_app_sets(namespace)):
         _assert_access(
             kube_api,
             serviceaccount=f"{namespace}/app",
@@ -618,5 +646,3 @@ def test_the_app_service_account_may_run_jobs_only_in_the_listed_namespaces(
                 _leasecron("create", "jobruns", unlisted): False,
             },
         )
-    finally:
-        helm.run("uninstall", release.name, "-n", namespace, kubeconfig=controlplane.kubeconfig)
