@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import timedelta
-from functools import cached_property
+from functools import lru_cache
 from typing import Any
 
 from pydantic import (
@@ -207,12 +207,18 @@ class ScheduledJobSpec(ResourceModel):
             raise ValueError(f"must be less than spec.startingDeadline ({show(deadline)})")
         return within(value, low=timedelta(0), high=MAX_JITTER)
 
-    @cached_property
+    @property
     def parsed_schedule(self) -> Schedule | None:
-        """The schedule read in timeZone; None for single-owner jobs."""
+        """The schedule read in timeZone; None for single-owner jobs. Parsed once per
+        distinct (schedule, timeZone) and shared: a Schedule is immutable."""
         if self.schedule is None:
             return None
-        return Schedule.parse(self.schedule, time_zone=self.time_zone)
+        return _parse_schedule(self.schedule, self.time_zone)
+
+
+@lru_cache(maxsize=4096)
+def _parse_schedule(expression: str, time_zone: str) -> Schedule:
+    return Schedule.parse(expression, time_zone=time_zone)
 
 
 class ScheduledJob(BaseModel):

@@ -130,3 +130,10 @@ def test_specs_are_immutable_values() -> None:
     spec = ScheduledJobSpec(bucket=Bucket.SINGLE_OWNER)
     with pytest.raises(ValueError, match="frozen"):
         spec.suspend = True
+
+
+def test_a_copy_with_another_zone_reads_its_schedule_in_that_zone() -> None:
+    spec = ScheduledJobSpec(bucket=Bucket.ONCE_PER_TICK, schedule="0 2 * * *")
+    assert spec.parsed_schedule is not None
+    moved = spec.model_copy(update={"time_zone": "Asia/Tokyo"})
+    assert moved.parsed_schedule == Schedule.parse("0 2 * * *", time_zone="Asia/Tokyo")
