@@ -1,1 +1,12 @@
-"""The in-pod scheduler: handler registry, tick dispatch per bucket, membership."""
+"""The in-pod scheduler: handler registry, tick dispatch per bucket, membership.
+
+Public names: `Scheduler`, `JobContext`, `LostLockError`, `Tuning`. Everything else in this
+package is private (modules with a leading underscore) and may change.
+"""
+
+from leasecron.coordination.grants import LostLockError
+from leasecron.runtime._context import JobContext
+from leasecron.runtime._scheduler import Scheduler
+from leasecron.runtime._services import Tuning
+
+__all__ = ["JobContext", "LostLockError", "Scheduler", "Tuning"]

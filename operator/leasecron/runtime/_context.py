@@ -1,4 +1,4 @@
-"""`JobContext`: what a handler receives for one run, and `LostLockError`.
+"""`JobContext`: what a handler receives for one run.
 
 Owns the per-run values a handler may rely on (job, namespace, tick, fencing token, holder),
 the `lost` event that tells a handler its grant is gone or the scheduler is stopping, the
@@ -10,7 +10,6 @@ close it; the fencing token is what a store can check.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,12 +17,9 @@ from typing import Any
 
 import structlog
 
+from leasecron.coordination.grants import LostEvent, LostLockError
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket
-
-
-class LostLockError(RuntimeError):
-    """The grant a run depended on is gone (lost, expired, or the scheduler is stopping)."""
 
 
 def _default_logger() -> Any:
@@ -37,8 +33,9 @@ class JobContext:
     `tick` is the scheduled instant (aware, UTC) for tick-driven runs, and the start of the
     ownership term for single-owner jobs. `token` is the fencing token (the Lease's
     leaseTransitions of this grant); None for every-replica runs and unguarded runs.
-    `lost` is set when the handler must stop: the grant was lost, the job was deleted or
-    suspended (single-owner), or the scheduler is shutting down.
+    `lost` (a threading.Event that can also be awaited with `wait_async`) is set when the
+    handler must stop: the grant was lost, the job was deleted or suspended (single-owner),
+    or the scheduler is shutting down.
     """
 
     job: str
@@ -49,7 +46,7 @@ class JobContext:
     token: int | None = None
     handler: str = ""
     unguarded: bool = False
-    lost: threading.Event = field(default_factory=threading.Event)
+    lost: LostEvent = field(default_factory=LostEvent)
     logger: Any = field(default_factory=_default_logger)
     held: Callable[[], bool] | None = field(default=None, repr=False)
     """The runtime's check that the grant is still current (None: nothing to hold)."""
@@ -78,7 +75,8 @@ class JobContext:
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block a sync handler for up to `timeout` seconds or until `lost` is set; True when
-        it is set. A sleep that ends early on handover, for polling loops."""
+        it is set. A sleep that ends early on handover, for polling loops. Async handlers
+        use `await ctx.lost.wait_async(timeout)` (or just sleep: they are cancelled)."""
         return self.lost.wait(timeout)
 
     def _what(self) -> str:

@@ -16,6 +16,7 @@ import functools
 import inspect
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import structlog
@@ -25,6 +26,15 @@ from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._registry import RegisteredHandler
+
+
+class StopReason(StrEnum):
+    """Why the runtime interrupted a handler."""
+
+    LOST = "lost"  # the grant was lost, or would expire before it could be renewed
+    STOPPING = "stopping"  # the scheduler is shutting down
+    REMOVED = "removed"  # the job was deleted, suspended (single-owner) or moved elsewhere
+    RESIGNED = "resigned"  # a single-owner term ended because its handler returned
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,10 @@ class HandlerRun:
         self._task = asyncio.get_running_loop().create_task(
             self._call(), name=f"leasecron handler {self.ctx.job}"
         )
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
 
     @property
     def done(self) -> bool:
@@ -142,3 +156,43 @@ class HandlerRun:
             result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         if inspect.isawaitable(result):
             await result
+
+
+class RunControl:
+    """The way in to one dispatch's handler from outside: `request_stop(reason, grace)` asks
+    the running handler (now, or as soon as one starts) to stop, and gives up on it after
+    `grace` seconds. One per dispatch; the dispatcher runs its handlers through `run()`."""
+
+    def __init__(self) -> None:
+        self.reason: StopReason | None = None
+        self.grace = 0.0
+        self._stop = asyncio.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self, reason: StopReason, *, grace: float) -> None:
+        """Ask for a stop; the first reason wins."""
+        if not self._stop.is_set():
+            self.reason, self.grace = reason, grace
+            self._stop.set()
+
+    async def run(self, call: HandlerRun, *, observe_lag: bool = True) -> HandlerEnd:
+        """Start `call` and wait for its end, stopping it when a stop is requested."""
+        call.start(observe_lag=observe_lag)
+        ended = asyncio.ensure_future(call.wait())
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([ended, stop], return_when=asyncio.FIRST_COMPLETED)
+            if ended.done():
+                end = ended.result()
+                assert end is not None
+                return end
+            return await call.stop(grace=self.grace)
+        except asyncio.CancelledError:
+            call.interrupt()
+            raise
+        finally:
+            for waiter in (ended, stop):
+                waiter.cancel()

@@ -1,0 +1,200 @@
+"""`Runtime`: the one async implementation behind every way of running a Scheduler.
+
+Owns the lifetime of everything a running scheduler holds: the Kube client (when it made it),
+the watch-fed caches (the namespace's ScheduledJobs and coordination Leases, the group's
+member Leases), this replica's member Lease, the handler thread pool, the group leader and
+the job workers. Startup waits for the API server while it cannot be reached (or its CRDs
+are not there yet) and fails on anything else. Shutdown, in order: no new ticks, the member
+Lease deleted, every worker stopped concurrently (running handlers finish or are stopped
+within the grace period, Leases released), the caches closed. It does not install signal
+handlers or threads: `Scheduler` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from leasecron._logs import get_logger
+from leasecron.coordination.resourcelocks import LEASE_SELECTOR
+from leasecron.kube.clients import Kube
+from leasecron.kube.errors import KubeError, NotFound, Unavailable
+from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
+from leasecron.kube.leases import LeaseStore
+from leasecron.kube.watches import Informer, backoff_delays
+from leasecron.models.clocks import Clock
+from leasecron.runtime._invoke import StopReason
+from leasecron.runtime._jobs import JobTable
+from leasecron.runtime._leader import GroupLeader
+from leasecron.runtime._membership import Membership
+from leasecron.runtime._records import Recorder
+from leasecron.runtime._registry import HandlerRegistry
+from leasecron.runtime._services import Services, Tuning
+
+_log = get_logger("leasecron.runtime")
+Ready = Callable[[BaseException | None], None]
+"""Called once: with None when the scheduler is running, or with the first startup error
+(it keeps retrying after an Unavailable or NotFound one)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What a Scheduler was built with."""
+
+    group: str
+    namespace: str
+    identity: str
+    clock: Clock
+    grace_period: float
+    max_threads: int
+    tuning: Tuning
+
+
+class Runtime:
+    """One run of a scheduler: `serve()` until `stop` is set."""
+
+    def __init__(self, settings: Settings, registry: HandlerRegistry, kube: Kube | None) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._given_kube = kube
+
+    async def serve(self, stop: asyncio.Event, ready: Ready) -> None:
+        async with self.resources() as services:
+            await self._serve(services, stop, ready)
+
+    @contextlib.asynccontextmanager
+    async def resources(self) -> AsyncIterator[Services]:
+        """The Services of one run (caches and member Lease not started yet); the thread pool
+        is shut down and a Kube made here is closed on exit."""
+        kube = self._given_kube or Kube.from_config()
+        executor = ThreadPoolExecutor(
+            self._settings.max_threads, thread_name_prefix="leasecron-handler"
+        )
+        try:
+            yield self._services(kube, executor)
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+            if self._given_kube is None:
+                await kube.close()
+
+    def _services(self, kube: Kube, executor: ThreadPoolExecutor) -> Services:
+        settings = self._settings
+        leases = LeaseStore(kube)
+        lease_cache = Informer(
+            kube,
+            path=leases.collection_path(namespace=settings.namespace),
+            label_selector=LEASE_SELECTOR,
+            clock=settings.clock,
+        )
+        membership = Membership(
+            leases=leases,
+            namespace=settings.namespace,
+            group=settings.group,
+            identity=settings.identity,
+            handlers=self._registry.names,
+            clock=settings.clock,
+            duration_s=settings.tuning.member_duration_s,
+            renew_every=settings.tuning.member_renew_every,
+        )
+        recorder = Recorder(
+            jobruns=JobRunStore(kube), namespace=settings.namespace, clock=settings.clock
+        )
+        return Services(
+            namespace=settings.namespace,
+            group=settings.group,
+            identity=settings.identity,
+            clock=settings.clock,
+            kube=kube,
+            leases=leases,
+            registry=self._registry,
+            executor=executor,
+            recorder=recorder,
+            membership=membership,
+            lease_cache=lease_cache,
+            grace_period=settings.grace_period,
+            tuning=settings.tuning,
+        )
+
+    async def _serve(self, services: Services, stop: asyncio.Event, ready: Ready) -> None:
+        jobs_informer = ScheduledJobStore(services.kube).informer(
+            namespace=services.namespace, clock=services.clock
+        )
+        leader = GroupLeader(services)
+        table = JobTable(services, leader)
+        unsubscribe = jobs_informer.subscribe(table.on_event)
+        loop = asyncio.get_running_loop()
+
+        def registered() -> None:
+            def apply() -> None:
+                services.membership.advertise()
+                table.resync(jobs_informer.items())
+
+            loop.call_soon_threadsafe(apply)
+
+        forget = self._registry.on_change(registered)
+        try:
+            if not await self._start(services, jobs_informer, stop, ready):
+                return
+            _log.info(
+                "scheduler running",
+                group=services.group,
+                namespace=services.namespace,
+                holder=services.identity,
+                handlers=list(self._registry.names()),
+            )
+            await stop.wait()
+        finally:
+            forget()
+            unsubscribe()
+            await self._shutdown(services, table, leader, jobs_informer)
+
+    async def _start(
+        self,
+        services: Services,
+        jobs_informer: Informer,
+        stop: asyncio.Event,
+        ready: Ready,
+    ) -> bool:
+        """Start the caches and the member Lease, retrying while the API server cannot be
+        reached; False when a stop came first."""
+        delays = backoff_delays(first=0.5, cap=10.0)
+        reported = False
+        steps = (services.lease_cache.start, services.membership.start, jobs_informer.start)
+        done = 0
+        while done < len(steps):
+            try:
+                await steps[done]()
+                done += 1
+                continue
+            except (Unavailable, NotFound) as e:
+                if not reported:
+                    ready(e)
+                    reported = True
+                delay = next(delays)
+                _log.warning("API server not ready; retrying", error=repr(e), retry_in=delay)
+            except KubeError as e:
+                if not reported:
+                    ready(e)
+                raise
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+                return False
+            except TimeoutError:
+                continue
+        if not reported:
+            ready(None)
+        return True
+
+    async def _shutdown(
+        self, services: Services, table: JobTable, leader: GroupLeader, jobs_informer: Informer
+    ) -> None:
+        _log.info("scheduler stopping", group=services.group, holder=services.identity)
+        await services.membership.stop()
+        await table.close(StopReason.STOPPING)
+        await leader.close()
+        await jobs_informer.stop()
+        await services.lease_cache.stop()
+        _log.info("scheduler stopped", group=services.group, holder=services.identity)

@@ -1,0 +1,184 @@
+"""`JobTable`: the ScheduledJobs of this replica's group, each with its worker.
+
+Fed by the informer on the namespace's ScheduledJobs, it keeps the jobs whose `spec.group`
+is this replica's group and reacts live: a new job gets a worker, an update re-plans it (or
+replaces the worker when its bucket, handler, coordination, election timings or uid
+changed), a delete or suspended single-owner job stops it (cancelling a running single-owner
+handler). Changes of one job are applied one at a time, in order; different jobs do not wait
+for each other. Invalid specs are logged once per generation with the field-naming message
+and skipped; a job whose handler is not registered here is logged once at info and ignored.
+Neither stops the other jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from leasecron._logs import get_logger
+from leasecron.kube.watches import WatchEvent
+from leasecron.models.specs import Bucket, ScheduledJob, SpecError
+from leasecron.runtime._invoke import StopReason
+from leasecron.runtime._leader import GroupLeader, LeaderDispatch, uses_leader
+from leasecron.runtime._once import LockDispatch
+from leasecron.runtime._owner import OwnerWorker
+from leasecron.runtime._services import Services
+from leasecron.runtime._ticks import EveryReplicaDispatch, TickWorker
+
+_log = get_logger("leasecron.runtime.jobs")
+
+
+class Worker(Protocol):
+    @property
+    def job(self) -> ScheduledJob: ...
+
+    def start(self) -> None: ...
+
+    def update(self, job: ScheduledJob) -> None: ...
+
+    async def stop(self, reason: StopReason) -> None: ...
+
+
+def worker_key(job: ScheduledJob) -> tuple[Any, ...]:
+    """What a worker cannot change on the fly: a different key means a new worker."""
+    spec = job.spec
+    election = spec.election if spec.bucket is Bucket.SINGLE_OWNER else None
+    return (job.uid, spec.bucket, job.handler_name, spec.coordination, election)
+
+
+def created_at(obj: dict[str, Any]) -> datetime:
+    """metadata.creationTimestamp, or now when it is missing or unreadable."""
+    raw = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return datetime.now(UTC)
+
+
+class JobTable:
+    """Desired jobs (from the informer) and running workers, converged job by job."""
+
+    def __init__(self, services: Services, leader: GroupLeader) -> None:
+        self._services = services
+        self._leader = leader
+        self._desired: dict[str, tuple[ScheduledJob, datetime] | None] = {}
+        self._workers: dict[str, Worker] = {}
+        self._converging: dict[str, asyncio.Task[None]] = {}
+        self._reported: dict[str, Any] = {}
+        self._closed = False
+
+    @property
+    def workers(self) -> dict[str, Worker]:
+        return dict(self._workers)
+
+    def on_event(self, event: WatchEvent) -> None:
+        """Informer callback (loop thread)."""
+        if event.type == "SYNCED" or self._closed:
+            return
+        name = str((event.obj.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        self.set_desired(name, None if event.type == "DELETED" else self._wanted(event.obj))
+
+    def resync(self, objects: list[dict[str, Any]]) -> None:
+        """Evaluate every object again (after a handler was registered, for instance)."""
+        seen = set()
+        for obj in objects:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            seen.add(name)
+            self.set_desired(name, self._wanted(obj))
+        for name in set(self._desired) - seen:
+            self.set_desired(name, None)
+
+    def set_desired(self, name: str, wanted: tuple[ScheduledJob, datetime] | None) -> None:
+        self._desired[name] = wanted
+        task = self._converging.get(name)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(
+                self._converge(name), name=f"leasecron converge {name}"
+            )
+            self._converging[name] = task
+        self._leader.ensure(job for job, _ in (w for w in self._desired.values() if w is not None))
+
+    async def close(self, reason: StopReason) -> None:
+        """Stop every worker (concurrently), for shutdown."""
+        self._closed = True
+        for task in list(self._converging.values()):
+            task.cancel()
+        await asyncio.gather(*self._converging.values(), return_exceptions=True)
+        workers, self._workers = list(self._workers.values()), {}
+        await asyncio.gather(*(worker.stop(reason) for worker in workers), return_exceptions=True)
+
+    def _wanted(self, obj: dict[str, Any]) -> tuple[ScheduledJob, datetime] | None:
+        metadata = obj.get("metadata") or {}
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        if (spec or {}).get("group", "default") != self._services.group:
+            return None
+        if metadata.get("deletionTimestamp"):
+            return None
+        try:
+            job = ScheduledJob.from_resource(obj)
+        except SpecError as e:
+            self._report_once(metadata, ("invalid", metadata.get("generation")), str(e))
+            return None
+        if job.spec.bucket is Bucket.SINGLE_OWNER and job.spec.suspend:
+            return None
+        if job.handler_name not in self._services.registry:
+            self._report_once(metadata, ("unregistered", job.handler_name), "")
+            return None
+        return job, created_at(obj)
+
+    def _report_once(self, metadata: dict[str, Any], what: tuple[Any, ...], message: str) -> None:
+        name = str(metadata.get("name"))
+        if self._reported.get(name) == what:
+            return
+        self._reported[name] = what
+        fields = {"job": name, "namespace": self._services.namespace}
+        if what[0] == "invalid":
+            _log.warning(
+                "invalid ScheduledJob skipped", generation=what[1], error=message, **fields
+            )
+        else:
+            _log.info("no handler registered here for this job; ignored", handler=what[1], **fields)
+
+    async def _converge(self, name: str) -> None:
+        while True:
+            wanted = self._desired.get(name)
+            current = self._workers.get(name)
+            if wanted is None:
+                if current is not None:
+                    del self._workers[name]
+                    await current.stop(StopReason.REMOVED)
+                if self._desired.get(name) is None:
+                    self._desired.pop(name, None)
+                    return
+                continue
+            job, created = wanted
+            if current is not None and worker_key(current.job) == worker_key(job):
+                current.update(job)
+            else:
+                if current is not None:
+                    del self._workers[name]
+                    await current.stop(StopReason.REMOVED)
+                    if self._desired.get(name) is not wanted:
+                        continue
+                worker = self._new_worker(job, created)
+                self._workers[name] = worker
+                worker.start()
+            if self._desired.get(name) is wanted:
+                return
+
+    def _new_worker(self, job: ScheduledJob, created: datetime) -> Worker:
+        services = self._services
+        if job.spec.bucket is Bucket.SINGLE_OWNER:
+            return OwnerWorker(services, job)
+        if job.spec.bucket is Bucket.EVERY_REPLICA:
+            return TickWorker(
+                services, job, created=created, dispatch=EveryReplicaDispatch(services)
+            )
+        if uses_leader(job):
+            return TickWorker(
+                services, job, created=created, dispatch=LeaderDispatch(services, self._leader)
+            )
+        return TickWorker(services, job, created=created, dispatch=LockDispatch(services))

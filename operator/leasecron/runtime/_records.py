@@ -1,0 +1,160 @@
+"""JobRun records written by the runtime, and the outcome of a run.
+
+Owns what a replica writes about its runs (DESIGN §4): the JobRun of a tick (its create
+doubles as the per-tick run record: AlreadyExists propagates, it means someone else has the
+tick), the JobRun of a single-owner term, `Missed` records for skipped ticks, and the one
+status patch that finishes a run. Failures to write a finish or a Missed record are logged,
+never raised: a run that happened is not undone because its record could not be written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from leasecron._logs import get_logger
+from leasecron._metrics import MISSED, RUNS
+from leasecron.kube.errors import AlreadyExists, KubeError, NotFound
+from leasecron.kube.jobruns import JobRunStore
+from leasecron.models.clocks import Clock
+from leasecron.models.names import format_tick
+from leasecron.models.specs import JobRun, Outcome, ScheduledJob
+from leasecron.runtime._invoke import HandlerEnd, StopReason
+
+_log = get_logger("leasecron.runtime.records")
+
+
+def describe_error(error: BaseException) -> str:
+    """`Type: message` of an exception, as recorded in a Failed JobRun."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def outcome_of(
+    end: HandlerEnd, *, reason: StopReason | None, unguarded: bool, term: bool
+) -> tuple[Outcome, str]:
+    """The recorded outcome and message of a run that ended as `end`, interrupted for
+    `reason` (None: not interrupted). A term that ends on handover or shutdown succeeded;
+    a tick that had to be stopped did not."""
+    if reason is StopReason.LOST:
+        detail = f" ({describe_error(end.error)})" if end.error is not None else ""
+        return Outcome.LOST_LOCK, f"the grant was lost while the handler ran{detail}"
+    if end.error is not None:
+        return Outcome.FAILED, describe_error(end.error)
+    if end.abandoned:
+        return Outcome.FAILED, "the handler did not stop within the grace period"
+    if reason is not None and end.interrupted and not term:
+        return Outcome.FAILED, f"the handler was stopped: {_why(reason)}"
+    return (Outcome.UNGUARDED if unguarded else Outcome.SUCCEEDED), ""
+
+
+def _why(reason: StopReason) -> str:
+    return {
+        StopReason.STOPPING: "the scheduler is shutting down",
+        StopReason.REMOVED: "the job was deleted or changed",
+    }.get(reason, str(reason))
+
+
+class Recorder:
+    """Writes the JobRuns of one namespace and counts runs."""
+
+    def __init__(self, *, jobruns: JobRunStore, namespace: str, clock: Clock) -> None:
+        self._jobruns = jobruns
+        self.namespace = namespace
+        self._clock = clock
+
+    async def start_tick(
+        self, job: ScheduledJob, *, tick: datetime, holder: str, token: int | None
+    ) -> JobRun:
+        """Create the Running JobRun of `tick`; AlreadyExists when someone else has it."""
+        run = JobRun.for_tick(
+            job=job.name,
+            tick=tick,
+            holder=holder,
+            start=self._clock.now(),
+            fencing_token=token,
+            namespace=self.namespace,
+        )
+        await self._jobruns.create(namespace=self.namespace, body=run.to_resource(job_uid=job.uid))
+        return run
+
+    async def start_term(self, job: ScheduledJob, *, token: int, holder: str) -> JobRun:
+        """Create the Running JobRun of a single-owner ownership term."""
+        run = JobRun.for_term(
+            job=job.name,
+            fencing_token=token,
+            holder=holder,
+            start=self._clock.now(),
+            namespace=self.namespace,
+        )
+        try:
+            await self._jobruns.create(
+                namespace=self.namespace, body=run.to_resource(job_uid=job.uid)
+            )
+        except AlreadyExists:
+            # The Lease was recreated and its transitions started again: this term's record
+            # replaces the old one of the same number.
+            body = run.to_resource(job_uid=job.uid)
+            await self._jobruns.patch_status(
+                namespace=self.namespace,
+                name=run.name,
+                patch={"spec": body["spec"], "status": body["status"]},
+            )
+        return run
+
+    async def finish(self, run: JobRun, *, outcome: Outcome, message: str) -> None:
+        """Patch the run's final status; logged, not raised, when it cannot be written."""
+        finished = run.finish(outcome=outcome, end=self._clock.now(), message=message)
+        try:
+            await self._jobruns.patch_status(
+                namespace=self.namespace, name=run.name, patch=finished.status_patch()
+            )
+        except NotFound:
+            _log.debug("JobRun gone before its outcome was written", jobrun=run.name)
+        except KubeError as e:
+            _log.warning(
+                "JobRun outcome not written", jobrun=run.name, outcome=outcome, error=repr(e)
+            )
+
+    async def record_missed(
+        self,
+        job: ScheduledJob,
+        ticks: Iterable[datetime],
+        *,
+        holder: str,
+        token: int | None,
+        reason: str,
+    ) -> int:
+        """Write a `Missed` JobRun per tick (one already there is fine); the number written."""
+        written = 0
+        for tick in ticks:
+            run = JobRun.for_tick(
+                job=job.name,
+                tick=tick,
+                holder=holder,
+                start=None,
+                fencing_token=token,
+                namespace=self.namespace,
+                outcome=Outcome.MISSED,
+                message=reason,
+            )
+            MISSED.labels(self.namespace, job.name).inc()
+            try:
+                await self._jobruns.create(
+                    namespace=self.namespace, body=run.to_resource(job_uid=job.uid)
+                )
+                written += 1
+            except AlreadyExists:
+                continue
+            except KubeError as e:
+                _log.warning(
+                    "Missed JobRun not written",
+                    job=job.name,
+                    tick=format_tick(tick),
+                    error=repr(e),
+                )
+                break
+        return written
+
+    def count(self, job: ScheduledJob, outcome: Outcome) -> None:
+        RUNS.labels(self.namespace, job.name, job.spec.bucket.value, outcome.value).inc()
