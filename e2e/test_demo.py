@@ -47,6 +47,7 @@ def test_no_once_per_tick_tick_runs_twice_and_none_is_missed(summary: dict[str, 
     assert summary["missed"] <= 1
     assert ticks - 1 <= summary["runs"]["once-per-tick"] <= ticks
     assert summary["stale_rejected"] == 0
+    assert summary["jobruns"] == summary["runs"]["once-per-tick"]
 
 
 def test_every_replica_runs_each_tick_on_every_live_replica(summary: dict[str, Any]) -> None:

@@ -141,6 +141,7 @@ class _Demo:
             self._stopping = True
             self.say("[demo] stopping the replicas (SIGTERM: owners hand over and exit)")
             self.replicas.stop_all(grace_seconds=self.options.grace_seconds)
+            self.say(f"[demo] replicas stopped in {time.time() - stop_at:.1f}s")
             self.replicas.wait_readers(timeout=5.0)
             self._pump(until=time.time())
             window = Window(start=ready_at, end=stop_at - _WINDOW_END_MARGIN)
@@ -152,12 +153,14 @@ class _Demo:
     # -- phases ---------------------------------------------------------------------------
 
     def _wait_ready(self) -> float:
-        deadline = time.monotonic() + self.options.ready_timeout
+        began = time.monotonic()
         while len(self.state.ready) < self.options.replicas:
-            if time.monotonic() > deadline:
+            if time.monotonic() - began > self.options.ready_timeout:
+                waiting = [r for r in self.replicas.all if r.pod not in self.state.ready]
+                tails = "\n".join(f"{r.pod}:\n{r.log_tail()}" for r in waiting)
                 raise DemoError(
                     f"only {len(self.state.ready)} of {self.options.replicas} replicas ready "
-                    f"after {self.options.ready_timeout:g}s; logs in {self.workdir}"
+                    f"after {self.options.ready_timeout:g}s; their logs end with:\n{tails}"
                 )
             for replica in self.replicas.all:
                 if not replica.alive():
@@ -166,8 +169,10 @@ class _Demo:
                         f"was ready:\n{replica.log_tail()}"
                     )
             self._pump(until=time.time() + 0.2)
-        for pod, identity in sorted(self.state.ready.items()):
-            self.say(f"[demo] {pod} ready as {identity}")
+        names = ", ".join(
+            f"{pod} as {identity}" for pod, identity in sorted(self.state.ready.items())
+        )
+        self.say(f"[demo] ready in {time.monotonic() - began:.1f}s: {names}")
         return time.time()
 
     def _live(self, *, ready_at: float) -> None:

@@ -143,16 +143,23 @@ class Reader:
                 )
         return found
 
-    def jobruns(self, *, job: str = ONCE_PER_TICK_JOB, ticks: set[str]) -> int:
-        """How many JobRuns of `job` record a tick in `ticks`."""
+    def jobruns(self, *, job: str = ONCE_PER_TICK_JOB, ticks: set[str]) -> tuple[int, int]:
+        """(runs, Missed records) among the JobRuns of `job` with a tick in `ticks`."""
         objects = client.CustomObjectsApi(self._api)
         listing = objects.list_namespaced_custom_object(
             GROUP, VERSION, self._namespace, JOBRUN_PLURAL, label_selector=f"{LABEL_JOB}={job}"
         )
         items = listing.get("items", []) if isinstance(listing, dict) else []
-        return sum(1 for item in items if _tick(item) in ticks)
+        outcomes = [_outcome(item) for item in items if _tick(item) in ticks]
+        missed = sum(1 for outcome in outcomes if outcome == "Missed")
+        return len(outcomes) - missed, missed
 
 
 def _tick(jobrun: dict[str, Any]) -> str:
     spec = jobrun.get("spec") or {}
     return str(spec.get("tick") or "")
+
+
+def _outcome(jobrun: dict[str, Any]) -> str:
+    status = jobrun.get("status") or {}
+    return str(status.get("outcome") or "")

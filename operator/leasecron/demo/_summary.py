@@ -72,6 +72,7 @@ class Summary:
     mails_enqueued: int
     mails_processed: int
     jobruns: int
+    jobruns_missed: int
     killed: str | None
     took_over: str | None
     takeover_s: float | None
@@ -95,6 +96,7 @@ class Summary:
             "stale_rejected": self.stale_rejected,
             "mails": {"enqueued": self.mails_enqueued, "processed": self.mails_processed},
             "jobruns": self.jobruns,
+            "jobruns_missed": self.jobruns_missed,
             "killed": self.killed,
             "took_over": self.took_over,
             "takeover_s": None if self.takeover_s is None else round(self.takeover_s, 3),
@@ -110,11 +112,11 @@ def summarize(
     terms: Iterable[Term],
     invoices: int,
     mails: tuple[int, int],
-    jobruns: int,
+    jobruns: tuple[int, int],
     failover: Failover,
 ) -> Summary:
     """The figures. `refresh_runs` holds (tick, replica) of every refresh-cache run reported;
-    `jobruns` counts the send-invoices JobRuns with a tick in the window."""
+    `jobruns` counts the send-invoices JobRuns with a tick in the window: (runs, Missed)."""
     attempts = list(attempts)
     refreshes = Counter(refresh_runs)
     per_tick = Counter(a.tick for a in attempts)
@@ -137,7 +139,8 @@ def summarize(
         stale_rejected=sum(1 for a in attempts if a.outcome == InvoiceOutcome.STALE.value),
         mails_enqueued=mails[0],
         mails_processed=mails[1],
-        jobruns=jobruns,
+        jobruns=jobruns[0],
+        jobruns_missed=jobruns[1],
         killed=failover.killed,
         took_over=failover.took_over,
         takeover_s=failover.takeover_s,

@@ -114,7 +114,8 @@ def format_summary(summary: Summary) -> list[str]:
         f"  send-invoices (once-per-tick): {summary.ticks} ticks, "
         f"{summary.runs_once_per_tick} runs, {summary.duplicates} duplicates, "
         f"{summary.missed} missed, {summary.invoices} invoices, "
-        f"{summary.stale_rejected} stale writes rejected, {summary.jobruns} JobRuns",
+        f"{summary.stale_rejected} stale writes rejected; "
+        f"JobRuns: {summary.jobruns} runs, {summary.jobruns_missed} Missed",
         f"  refresh-cache (every-replica): {summary.every_replica_ticks} ticks, "
         f"{summary.runs_every_replica} runs "
         f"({summary.runs_every_replica / max(summary.every_replica_ticks, 1):.2f} per tick)",

@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from leasecron import JobContext, Scheduler
 from leasecron.demo._ledger import InvoiceOutcome, Ledger, StaleTokenError
-from leasecron.runtime import JobContext, Scheduler
 
 POLL_SECONDS = 0.25
 """How long the queue poller waits on an empty queue (it wakes at once when told to stop)."""

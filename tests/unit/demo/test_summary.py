@@ -33,7 +33,7 @@ def summary_of(
         ],
         invoices=0,
         mails=(0, 0),
-        jobruns=0,
+        jobruns=(0, 0),
         failover=Failover(killed="a", took_over="b", takeover_s=3.21),
     ).as_json()
 
