@@ -156,6 +156,7 @@ class Reconciler:
         )
         plan = plan_job(facts, snapshot, memory, previous=conditions)
         complete = await self._act(facts, plan)
+        snapshot = self.world.snapshot(facts, now=now, now_mono=now_mono)  # with our writes
         uid = facts.ref.uid
         missed_runs = int(previous.get("missedRuns") or 0) + self._unwritten_missed[uid]
         desired = desired_status(
@@ -198,6 +199,7 @@ class Reconciler:
             await self._abandon(facts, run.name, run.holder)
         for run in plan.history.prune:
             await self.writer.delete_run(namespace=facts.ref.namespace, name=run.name)
+            self.world.forget_run(facts.ref.namespace, facts.ref.name, run.name)
             _metrics.PRUNED.labels(namespace=facts.ref.namespace, job=facts.ref.name).inc()
             _log.debug(
                 "pruned run",
@@ -227,7 +229,7 @@ class Reconciler:
         for tick in plan.expectation.new_missed:
             body = _bodies.missed_run(facts, tick=tick, now=self._clock.now())
             try:
-                await self.writer.create_run(namespace=ns, body=body)
+                self.world.note_run(await self.writer.create_run(namespace=ns, body=body))
             except AlreadyExists:
                 continue  # recorded already (by a replica's catch-up, or before a failover)
             except KubeError as e:
@@ -277,7 +279,7 @@ class Reconciler:
         if patch is None:
             return
         try:
-            await self.writer.patch_run(namespace=ns, name=name, patch=patch)
+            self.world.note_run(await self.writer.patch_run(namespace=ns, name=name, patch=patch))
         except Conflict:
             return  # the run changed (its holder finished it): judged again next pass
         _metrics.ABANDONED.labels(namespace=ns, job=facts.ref.name).inc()

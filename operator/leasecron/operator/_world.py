@@ -232,6 +232,16 @@ class World:
             if job is not None and job_lease_name(job) == name:
                 self._on_dirty((namespace, job))
 
+    def note_run(self, obj: Mapping[str, Any]) -> None:
+        """A JobRun as our own write returned it, indexed before its watch event arrives."""
+        namespace, name = _key(obj)
+        label = str(_labels(obj).get(LABEL_JOB) or "")
+        self._run_index[(namespace, label)][name] = run_from_object(obj)
+
+    def forget_run(self, namespace: str, job: str, name: str) -> None:
+        """A JobRun we deleted, dropped before its watch event arrives."""
+        self._run_index[(namespace, job_label_value(job))].pop(name, None)
+
     def _run_event(self, event: WatchEvent) -> None:
         if not event.obj:
             self._dirty_all()

@@ -1,0 +1,144 @@
+"""Helpers for the operator's integration tests: the operator and replicas as subprocesses,
+ScheduledJobs applied with the admin client, and polling with a deadline for what another
+process does (there is no in-process event to wait on)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
+
+from leasecron.bench._operator_process import OperatorSubprocess
+from leasecron.testing.handlers import scheduled_job
+
+T = TypeVar("T")
+GROUP, VERSION = "leasecron.dev", "v1alpha1"
+
+REPLICA = """
+import sys, time
+from leasecron.runtime import Scheduler, Tuning
+
+group, namespace, identity, seconds, handlers = sys.argv[1:6]
+scheduler = Scheduler(
+    group, namespace=namespace, identity=identity, grace_period=1.0,
+    tuning=Tuning(member_duration_s=2, member_renew_every=0.5),
+)
+
+def work(ctx):
+    print(f"run {ctx.job} {ctx.tick.isoformat()} {ctx.token}", flush=True)
+    ctx.wait_lost(float(seconds))
+
+for name in handlers.split(","):
+    scheduler.register(name, work)
+scheduler.run_forever()
+"""
+
+
+def poll(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
+    """The first truthy `check()` within `timeout` seconds (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"not {what} within {timeout}s (last: {last!r})")
+
+
+@contextlib.contextmanager
+def running_operator(
+    kubeconfig: Path, namespace: str, tmp_path: Path, *, name: str = "operator", **kwargs: Any
+) -> Iterator[OperatorSubprocess]:
+    """The operator watching `namespace` (its election Lease there too), once it leads."""
+    operator = OperatorSubprocess(
+        kubeconfig=kubeconfig,
+        log_path=tmp_path / f"{name}.log",
+        namespaces=[namespace],
+        election_namespace=namespace,
+        identity=name,
+        **kwargs,
+    )
+    try:
+        operator.wait(operator.leading, timeout=30, what="leading")
+        yield operator
+    finally:
+        operator.stop()
+
+
+@contextlib.contextmanager
+def running_replica(
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    *,
+    identity: str,
+    group: str,
+    handlers: str,
+    run_seconds: float = 0.1,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A replica: leasecron's Scheduler in its own process, each run taking `run_seconds`."""
+    log = (tmp_path / f"{identity}.log").open("ab")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    argv = [sys.executable, "-c", REPLICA, group, namespace, identity, str(run_seconds), handlers]
+    replica = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield replica
+    finally:
+        if replica.poll() is None:
+            replica.kill()
+        replica.wait()
+        log.close()
+
+
+def apply_job(api: ApiClient, namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    body = scheduled_job(name, namespace=namespace, **spec)
+    created: dict[str, Any] = CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "scheduledjobs", body
+    )
+    return created
+
+
+def get_job(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "scheduledjobs", name
+    )
+    return obj
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for entry in (obj.get("status") or {}).get("conditions") or []:
+        if entry.get("type") == kind:
+            return dict(entry)
+    return None
+
+
+def job_condition(api: ApiClient, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    return condition(get_job(api, namespace, name), kind)
+
+
+def jobruns(api: ApiClient, namespace: str) -> list[dict[str, Any]]:
+    listed = CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "jobruns"
+    )
+    return list(listed["items"])
+
+
+def outcomes(api: ApiClient, namespace: str) -> list[str]:
+    return [str((run.get("status") or {}).get("outcome")) for run in jobruns(api, namespace)]
+
+
+def leases(api: ApiClient, namespace: str) -> list[Any]:
+    return list(CoordinationV1Api(api).list_namespaced_lease(namespace).items)
+
+
+def events(api: ApiClient, namespace: str, reason: str) -> list[Any]:
+    found = CoreV1Api(api).list_namespaced_event(namespace).items
+    return [event for event in found if event.reason == reason]
