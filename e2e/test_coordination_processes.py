@@ -1,0 +1,250 @@
+"""Coordination between replicas that are separate processes, against the real API server:
+exactly one grant per tick over 500 fast ticks with increasing fencing tokens, a replica whose
+clock is 3 s late never claims a claimed tick, leader failover on SIGKILL and SIGTERM, and a
+holder paused by SIGSTOP past its grant loses it without ever renewing over its successor."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from kubernetes.client import ApiClient, CoordinationV1Api
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+SCRIPT = Path(__file__).with_name("_coord_replica.py")
+START_WAIT = 60.0
+LEASE_DURATION = 2.0  # _coord_replica.FAST and the hold lock's atMostFor
+
+
+class Replica:
+    """One replica process; its JSON lines are collected by a reader thread."""
+
+    def __init__(self, args: list[str], *, kubeconfig: Path, log: IO[str]) -> None:
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # not one of the replica's events
+            with self._changed:
+                self.lines.append(event)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines:
+                    if predicate(line):
+                        return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (
+                    self.process.poll() is not None and not self._reader.is_alive()
+                ):
+                    raise AssertionError(f"no matching line within {timeout}s: {self.lines}")
+                self._changed.wait(remaining)
+
+    def send(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+
+    def signal(self, number: int) -> None:
+        self.process.send_signal(number)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+        self.process.wait(10)
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def spawn(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Replica]]:
+    started: list[Replica] = []
+    log = (tmp_path / "replicas.log").open("w")
+
+    def make(*args: str) -> Replica:
+        replica = Replica(list(args), kubeconfig=kubeconfig, log=log)
+        started.append(replica)
+        return replica
+
+    try:
+        yield make
+    finally:
+        for replica in started:
+            replica.stop()
+        log.close()
+
+
+def run_ticks(
+    spawn: Callable[..., Replica], namespace: str, *, skews: list[float], count: int, period: float
+) -> list[Replica]:
+    common = ["--namespace", namespace, "--replicas", str(len(skews))]
+    common += ["--count", str(count), "--period", str(period)]
+    group = [
+        spawn("ticks", *common, "--index", str(i), "--skew", str(skew))
+        for i, skew in enumerate(skews)
+    ]
+    for replica in group:
+        replica.wait_for(lambda line: "ready" in line, START_WAIT)
+    epoch = time.time() + 0.5
+    for replica in group:
+        replica.send(repr(epoch))
+    finish = count * period + max(0.0, -min(skews)) + 30.0
+    for replica in group:
+        replica.wait_for(lambda line: "done" in line, finish)
+    return group
+
+
+def grants_of(group: list[Replica]) -> list[tuple[int, int, int]]:
+    """(tick index, token, replica index) of every grant, ordered by tick."""
+    return sorted(
+        (line["grant"], line["token"], index)
+        for index, replica in enumerate(group)
+        for line in replica.lines
+        if "grant" in line
+    )
+
+
+def test_five_processes_over_500_ticks_get_exactly_one_grant_per_tick_with_rising_tokens(
+    spawn: Callable[..., Replica], namespace: str
+) -> None:
+    count = 500
+    group = run_ticks(spawn, namespace, skews=[0.0] * 5, count=count, period=0.05)
+    grants = grants_of(group)
+    per_tick = Counter(k for k, _, _ in grants)
+    assert max(per_tick.values()) == 1, [k for k, n in per_tick.items() if n > 1]
+    tokens = [token for _, token, _ in grants]
+    assert all(a < b for a, b in itertools.pairwise(tokens)), "tokens must rise"
+    writes = sum(line["writes"] for r in group for line in r.lines if "done" in line)
+    by_replica = Counter(index for _, _, index in grants)
+    print(
+        f"\n500 ticks x 5 processes: {len(per_tick)} ticks granted "
+        f"({len(per_tick) / count:.1%}), {writes / max(1, len(grants)):.2f} writes per run, "
+        f"grants per replica {dict(sorted(by_replica.items()))}"
+    )
+    for replica in group:
+        print(*(line for line in replica.lines if "done" in line))
+    # A tick goes ungranted only when no replica saw the previous run's release within the
+    # 50 ms period (the watch lags under CPU starvation; the runtime's catchUp covers those).
+    # Measured: 94-96 % with the machine at load average 9-13 on 2 cores.
+    assert len(per_tick) >= 0.8 * count
+    assert len(by_replica) == 5  # the rendezvous ranks spread the ticks over the replicas
+
+
+def test_a_replica_whose_clock_is_three_seconds_late_never_claims_a_claimed_tick(
+    spawn: Callable[..., Replica], namespace: str
+) -> None:
+    count = 160  # 8 s of 50 ms ticks: the late replica's first 3 s are all claimed already
+    group = run_ticks(spawn, namespace, skews=[0.0, 0.0, -3.0], count=count, period=0.05)
+    grants = grants_of(group)
+    per_tick = Counter(k for k, _, _ in grants)
+    assert max(per_tick.values()) == 1
+    late = [k for k, _, index in grants if index == 2]
+    assert late == []
+    assert len(per_tick) >= 0.8 * count
+
+
+def leaders(group: list[Replica], *, after: float = 0.0) -> list[tuple[float, int, int]]:
+    return sorted(
+        (line["t"], line["token"], index)
+        for index, replica in enumerate(group)
+        for line in replica.lines
+        if line.get("event") == "started" and line["t"] > after
+    )
+
+
+def wait_new_leader(
+    group: list[Replica], *, after: float, timeout: float
+) -> tuple[float, int, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for replica in group:
+            try:
+                replica.wait_for(
+                    lambda line: line.get("event") == "started" and line["t"] > after, 0.05
+                )
+            except AssertionError:
+                continue
+            return leaders(group, after=after)[0]
+    raise AssertionError(f"no new leader within {timeout}s")
+
+
+@pytest.mark.parametrize(
+    ("signal_number", "bound"),
+    [(signal.SIGKILL, LEASE_DURATION + 1.0), (signal.SIGTERM, 1.0)],
+    ids=["sigkill", "sigterm"],
+)
+def test_a_standby_leads_soon_after_the_leader_process_dies(
+    spawn: Callable[..., Replica], namespace: str, signal_number: int, bound: float
+) -> None:
+    group = [spawn("elect", "--namespace", namespace, "--identity", f"e{i}") for i in range(3)]
+    for replica in group:
+        replica.wait_for(lambda line: "ready" in line, START_WAIT)
+    _, token, index = wait_new_leader(group, after=0.0, timeout=START_WAIT)
+    killed_at = time.time()
+    group[index].signal(signal_number)
+    if signal_number == signal.SIGTERM:
+        group[index].wait_for(lambda line: line.get("event") == "exit", 10.0)
+        assert any(line.get("event") == "stopped" for line in group[index].lines)
+    at, new_token, new_index = wait_new_leader(group, after=killed_at, timeout=10.0)
+    assert new_index != index
+    assert new_token == token + 1
+    print(f"\nfailover after {signal.Signals(signal_number).name}: {at - killed_at:.3f}s")
+    assert at - killed_at <= bound
+
+
+def test_a_holder_paused_past_its_grant_loses_it_and_never_renews_over_its_successor(
+    spawn: Callable[..., Replica], namespace: str, kube_api: ApiClient
+) -> None:
+    first = spawn("hold", "--namespace", namespace, "--identity", "first")
+    claimed = first.wait_for(lambda line: line.get("event") == "claimed", START_WAIT)
+    second = spawn("hold", "--namespace", namespace, "--identity", "second")
+    second.wait_for(lambda line: "ready" in line, START_WAIT)
+    first.signal(signal.SIGSTOP)
+    paused_at = time.time()
+    taken = second.wait_for(lambda line: line.get("event") == "claimed", 10.0)
+    assert taken["token"] > claimed["token"]
+    # Not before the paused grant could expire: its last renewal was at most atMostFor/3 ago.
+    assert taken["t"] - paused_at >= LEASE_DURATION * 2 / 3 - 0.1
+    first.signal(signal.SIGCONT)
+    lost = first.wait_for(lambda line: line.get("event") == "lost", 10.0)
+    assert lost["assert_held"].startswith("LostLockError")
+    # The successor keeps renewing; the paused holder never wrote over it.
+    spec = CoordinationV1Api(kube_api).read_namespaced_lease("leasecron-job-hold", namespace).spec
+    assert (spec.holder_identity, spec.lease_transitions) == ("second", taken["token"])
+    assert not any(line.get("event") == "lost" for line in second.lines)
