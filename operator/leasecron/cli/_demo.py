@@ -58,6 +58,7 @@ def _say(line: str) -> None:
 def demo(seconds: float, replicas: int, as_json: bool, kubeconfig: Path | None) -> None:
     """Show every-replica, once-per-tick and single-owner jobs on N replicas, with a failover."""
     from leasecron.demo import DemoError, DemoOptions, format_summary, run_demo
+    from leasecron.kube.errors import KubeError
     from leasecron.testing import ControlPlaneError
 
     try:
@@ -70,7 +71,7 @@ def demo(seconds: float, replicas: int, as_json: bool, kubeconfig: Path | None) 
     except KeyboardInterrupt:
         click.echo("[demo] interrupted: replicas and control plane stopped", err=True)
         sys.exit(_INTERRUPTED)
-    except (DemoError, ControlPlaneError) as error:
+    except (DemoError, ControlPlaneError, KubeError) as error:
         raise click.ClickException(str(error)) from error
     if as_json:
         _say(json.dumps(summary.as_json(), sort_keys=True))

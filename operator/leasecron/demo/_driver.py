@@ -131,7 +131,7 @@ class _Demo:
             ready_at = self._wait_ready()
             self.say(
                 format_header(
-                    replicas=self.state.ready.values(),
+                    replicas=[identity for _, identity in sorted(self.state.ready.items())],
                     namespace=self.namespace,
                     server=self.where.server,
                 )
