@@ -60,6 +60,7 @@ class Runtime:
         self._settings = settings
         self._registry = registry
         self._given_kube = kube
+        self.table: JobTable | None = None
 
     async def serve(self, stop: asyncio.Event, ready: Ready) -> None:
         async with self.resources() as services:
@@ -123,7 +124,7 @@ class Runtime:
             namespace=services.namespace, clock=services.clock
         )
         leader = GroupLeader(services)
-        table = JobTable(services, leader)
+        table = self.table = JobTable(services, leader)
         unsubscribe = jobs_informer.subscribe(table.on_event)
         loop = asyncio.get_running_loop()
 

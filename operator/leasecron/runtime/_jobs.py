@@ -13,6 +13,7 @@ Neither stops the other jobs.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -56,21 +57,38 @@ def created_at(obj: dict[str, Any]) -> datetime:
         return datetime.now(UTC)
 
 
+WorkerFactory = Callable[[ScheduledJob, datetime], Worker]
+
+
 class JobTable:
     """Desired jobs (from the informer) and running workers, converged job by job."""
 
-    def __init__(self, services: Services, leader: GroupLeader) -> None:
+    def __init__(
+        self,
+        services: Services,
+        leader: GroupLeader,
+        *,
+        make_worker: WorkerFactory | None = None,
+    ) -> None:
         self._services = services
         self._leader = leader
+        self._make_worker = make_worker or self._new_worker
         self._desired: dict[str, tuple[ScheduledJob, datetime] | None] = {}
         self._workers: dict[str, Worker] = {}
         self._converging: dict[str, asyncio.Task[None]] = {}
         self._reported: dict[str, Any] = {}
+        self.ignored: dict[str, str] = {}
+        """Jobs of this group this replica does not run, and why (replaced, never mutated)."""
         self._closed = False
 
     @property
     def workers(self) -> dict[str, Worker]:
         return dict(self._workers)
+
+    async def settled(self) -> None:
+        """Wait until every change seen so far has been applied (for tests and probes)."""
+        while pending := [t for t in self._converging.values() if not t.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def on_event(self, event: WatchEvent) -> None:
         """Informer callback (loop thread)."""
@@ -79,7 +97,12 @@ class JobTable:
         name = str((event.obj.get("metadata") or {}).get("name") or "")
         if not name:
             return
-        self.set_desired(name, None if event.type == "DELETED" else self._wanted(event.obj))
+        if event.type == "DELETED":
+            self._ignore(name, None)
+            self._reported.pop(name, None)
+            self.set_desired(name, None)
+        else:
+            self.set_desired(name, self._wanted(event.obj))
 
     def resync(self, objects: list[dict[str, Any]]) -> None:
         """Evaluate every object again (after a handler was registered, for instance)."""
@@ -112,22 +135,38 @@ class JobTable:
 
     def _wanted(self, obj: dict[str, Any]) -> tuple[ScheduledJob, datetime] | None:
         metadata = obj.get("metadata") or {}
+        name = str(metadata.get("name"))
         spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
         if (spec or {}).get("group", "default") != self._services.group:
+            self._ignore(name, None)
             return None
         if metadata.get("deletionTimestamp"):
             return None
         try:
             job = ScheduledJob.from_resource(obj)
         except SpecError as e:
+            self._ignore(name, f"invalid spec: {e}")
             self._report_once(metadata, ("invalid", metadata.get("generation")), str(e))
             return None
-        if job.spec.bucket is Bucket.SINGLE_OWNER and job.spec.suspend:
-            return None
         if job.handler_name not in self._services.registry:
+            self._ignore(name, f"handler {job.handler_name!r} is not registered here")
             self._report_once(metadata, ("unregistered", job.handler_name), "")
             return None
+        self._ignore(name, None)
+        self._reported.pop(name, None)
+        if job.spec.bucket is Bucket.SINGLE_OWNER and job.spec.suspend:
+            return None
         return job, created_at(obj)
+
+    def _ignore(self, name: str, reason: str | None) -> None:
+        if self.ignored.get(name) == reason:
+            return
+        ignored = dict(self.ignored)
+        if reason is None:
+            ignored.pop(name, None)
+        else:
+            ignored[name] = reason
+        self.ignored = ignored
 
     def _report_once(self, metadata: dict[str, Any], what: tuple[Any, ...], message: str) -> None:
         name = str(metadata.get("name"))
@@ -163,7 +202,7 @@ class JobTable:
                     await current.stop(StopReason.REMOVED)
                     if self._desired.get(name) is not wanted:
                         continue
-                worker = self._new_worker(job, created)
+                worker = self._make_worker(job, created)
                 self._workers[name] = worker
                 worker.start()
             if self._desired.get(name) is wanted:

@@ -82,13 +82,15 @@ def plan_claimed(
     record_limit: int = MISSED_RECORD_LIMIT,
 ) -> TickPlan:
     """Step 7: with the claim for `claimed` held and `previous` the tick the Lease recorded
-    before it (the high-water mark; None for a first claim, then ticks after `not_before`,
-    the job's creation, count), decide what runs and what is recorded as Missed.
+    before it (the high-water mark; None for a first claim), decide what runs and what is
+    recorded as Missed. Ticks at or before `not_before` (the job's creation, or its last
+    resume) are never missed: the job did not exist or was suspended then.
 
     None and Latest run only `claimed`; All first runs the newest `max_ticks` missed ticks in
     order. Every other tick in between is missed.
     """
-    lower = previous if previous is not None else not_before
+    bounds = [moment for moment in (previous, not_before) if moment is not None]
+    lower = max(bounds) if bounds else None
     if lower is None or lower >= claimed:
         return TickPlan(claimed=claimed, run=(claimed,), missed=())
     catching = max(0, max_ticks) if catch_up is CatchUpPolicy.ALL else 0

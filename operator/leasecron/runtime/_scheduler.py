@@ -82,6 +82,7 @@ class Scheduler:
         self._stop_requested = False
         self._thread: threading.Thread | None = None
         self._task: asyncio.Task[None] | None = None
+        self._runtime: Runtime | None = None
 
     def __repr__(self) -> str:
         s = self._settings
@@ -114,6 +115,20 @@ class Scheduler:
     @property
     def running(self) -> bool:
         return self._loop is not None
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """Names of the ScheduledJobs this replica runs now (its group's valid jobs whose
+        handler is registered; suspended single-owner jobs excepted), sorted."""
+        table = self._runtime.table if self._runtime is not None else None
+        return tuple(sorted(table.workers)) if table is not None else ()
+
+    @property
+    def ignored(self) -> dict[str, str]:
+        """Jobs of this group this replica does not run, and why: an invalid spec (with the
+        field-naming message) or a handler that is not registered here."""
+        table = self._runtime.table if self._runtime is not None else None
+        return dict(table.ignored) if table is not None else {}
 
     def handler(self, name: str) -> Handler | None:
         """The callable registered under `name`, or None."""
@@ -149,7 +164,7 @@ class Scheduler:
             self._startup_error = None
             if self._stop_requested:  # stop() came before the loop was there
                 self._stop_event.set()
-        runtime = Runtime(self._settings, self._registry, self._kube)
+        runtime = self._runtime = Runtime(self._settings, self._registry, self._kube)
         try:
             await runtime.serve(self._stop_event, self._on_ready)
         finally:

@@ -188,3 +188,15 @@ def test_jitter_is_within_bounds_the_same_on_every_replica_and_spread_over_ticks
     assert jitter_delay("job", at(3), jitter) == delays[3]
     assert len({round(d, 6) for d in delays}) > 20
     assert jitter_delay("job", at(3), timedelta(0)) == 0.0
+
+
+def test_ticks_before_the_job_existed_or_was_resumed_are_never_missed() -> None:
+    plan = plan_claimed(
+        HOURLY,
+        claimed=at(5),
+        previous=at(0),
+        not_before=at(3, 30),
+        catch_up=CatchUpPolicy.ALL,
+        max_ticks=10,
+    )
+    assert plan.run == (at(4), at(5)) and plan.missed == ()

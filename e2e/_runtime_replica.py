@@ -1,0 +1,78 @@
+"""One replica of an application using leasecron's Scheduler, for the runtime's e2e tests.
+
+    KUBECONFIG=... POD_NAME=replica-0 python e2e/_runtime_replica.py --namespace NS
+
+Registers four handlers and prints one JSON line per event on stdout (logs go to stderr):
+
+- `tick` (sync) and `everywhere` (sync): {"event": "run", "job", "tick", "token", "t"}
+- `owner` (async, single-owner): {"event": "owner-start", "token", "t"} when its term starts,
+  then loops until cancelled; {"event": "owner-stop", "token", "t"} when it ends
+- `ready` once the scheduler runs, `stopped` after SIGTERM and a graceful stop, with the
+  number of API requests and writes this process sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from leasecron import JobContext, Scheduler
+from leasecron.kube.clients import Kube
+from leasecron.runtime import Tuning
+
+_print_lock = threading.Lock()
+
+
+def emit(event: str, **fields: Any) -> None:
+    line = json.dumps({"event": event, "t": time.time(), **fields})
+    with _print_lock:
+        print(line, flush=True)
+
+
+def ran(ctx: JobContext) -> None:
+    emit("run", job=ctx.job, tick=ctx.tick.isoformat(), token=ctx.token, holder=ctx.holder)
+
+
+async def owner(ctx: JobContext) -> None:
+    emit("owner-start", job=ctx.job, token=ctx.token, holder=ctx.holder)
+    try:
+        await asyncio.Event().wait()  # a long-lived loop, until cancelled
+    finally:
+        emit("owner-stop", job=ctx.job, token=ctx.token, holder=ctx.holder)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--group", default="default")
+    parser.add_argument("--grace", type=float, default=5.0)
+    args = parser.parse_args()
+    kube = Kube.from_config()
+    scheduler = Scheduler(
+        args.group,
+        namespace=args.namespace,
+        kube=kube,
+        grace_period=args.grace,
+        tuning=Tuning(member_duration_s=3, member_renew_every=1.0),
+    )
+    scheduler.register("tick", ran)
+    scheduler.register("everywhere", ran)
+    scheduler.register("owner", owner)
+
+    def announce() -> None:
+        if scheduler.wait_ready(60):
+            emit("ready", identity=scheduler.identity)
+
+    threading.Thread(target=announce, daemon=True).start()
+    scheduler.run_forever()
+    emit("stopped", requests=kube.request_count, writes=kube.write_count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

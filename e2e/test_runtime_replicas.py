@@ -1,0 +1,262 @@
+"""The in-pod scheduler with three replica processes against the real API server: a
+once-per-tick job runs once per tick with one JobRun each, an every-replica job runs on all
+three, and a single-owner job has exactly one owner at every instant and hands over within a
+second of SIGTERM."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from kubernetes import client
+
+from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
+from leasecron.testing.handlers import scheduled_job, wait_for_jobruns
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+SCRIPT = Path(__file__).with_name("_runtime_replica.py")
+START_WAIT = 60.0
+TICKS = int(os.environ.get("LEASECRON_E2E_TICKS", "20"))
+"""Ticks the once-per-tick and every-replica cases run for (60 for a longer run)."""
+
+
+class Replica:
+    """One replica process; its JSON lines are collected by a reader thread."""
+
+    def __init__(self, index: int, *, namespace: str, kubeconfig: Path, log: IO[str]) -> None:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "POD_NAME": f"replica-{index}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with self._changed:
+                self.lines.append(event)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        with self._changed:
+            return [line for line in self.lines if line["event"] == kind]
+
+    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(self.lines):
+                remaining = deadline - time.monotonic()
+                exited = self.process.poll() is not None and not self._reader.is_alive()
+                if remaining <= 0 or exited:
+                    raise AssertionError(f"replica never got there in {timeout}s: {self.lines}")
+                self._changed.wait(remaining)
+
+    def terminate(self) -> None:
+        """SIGTERM (again: harmless), then wait for the graceful stop."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        self.process.wait(30)
+        self._reader.join(5)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def replicas(
+    kubeconfig: Path, namespace: str, leasecron_crds: list[str], tmp_path: Path
+) -> Iterator[list[Replica]]:
+    log = (tmp_path / "replicas.log").open("w")
+    group = [Replica(i, namespace=namespace, kubeconfig=kubeconfig, log=log) for i in range(3)]
+    try:
+        for replica in group:
+            replica.wait_for(lambda lines: any(x["event"] == "ready" for x in lines), START_WAIT)
+        yield group
+    finally:
+        for replica in group:
+            replica.kill()
+        log.close()
+
+
+def create_job(api: Any, namespace: str, manifest: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, manifest
+    )
+
+
+def terminate_all(group: list[Replica]) -> None:
+    """SIGTERM to every replica at once, then wait for their graceful stops."""
+    for replica in group:
+        replica.process.send_signal(signal.SIGTERM)
+    for replica in group:
+        replica.terminate()
+
+
+def runs_of(group: list[Replica], job: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """(tick, replica index, event) of every run of `job`, ordered by tick."""
+    return sorted(
+        (
+            (line["tick"], index, line)
+            for index, r in enumerate(group)
+            for line in r.events("run")
+            if line["job"] == job
+        ),
+        key=lambda item: (item[0], item[1]),
+    )
+
+
+def wait_ticks(group: list[Replica], job: str, count: int) -> None:
+    deadline = time.monotonic() + count * 2 + 30
+    while len({tick for tick, _, _ in runs_of(group, job)}) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} ticks of {job} ran"
+        group[0].wait_for(lambda _: True, 1.0)
+        time.sleep(0.2)
+
+
+def test_a_once_per_tick_job_runs_once_per_tick_on_three_replicas_with_one_jobrun_each(
+    replicas: list[Replica], kube_api: Any, namespace: str
+) -> None:
+    create_job(kube_api, namespace, scheduled_job("tick", schedule="@every 1s"))
+    wait_ticks(replicas, "tick", TICKS)
+    terminate_all(replicas)
+    runs = runs_of(replicas, "tick")
+    per_tick = Counter(tick for tick, _, _ in runs)
+    assert max(per_tick.values()) == 1, [t for t, n in per_tick.items() if n > 1]
+    tokens = [event["token"] for _, _, event in runs]
+    assert all(a < b for a, b in itertools.pairwise(tokens)), "tokens rise with the ticks"
+    names = {jobrun_name("tick", _parse(tick)) for tick, _, _ in runs}
+    jobruns = wait_for_jobruns(
+        kube_api,
+        namespace=namespace,
+        job="tick",
+        until=lambda items: names <= {i["metadata"]["name"] for i in _succeeded(items)},
+    )
+    ran = [i for i in jobruns if i["status"]["outcome"] != "Missed"]
+    assert len(ran) == len(runs) == len(names)
+    holders = {jobrun_name("tick", _parse(t)): e["holder"] for t, _, e in runs}
+    assert all(i["spec"]["holder"] == holders[i["metadata"]["name"]] for i in ran)
+    first, last = _parse(runs[0][0]), _parse(runs[-1][0])
+    assert len(runs) == (last - first).total_seconds() + 1, "no tick in between was skipped"
+    writes = sum(line["writes"] for r in replicas for line in r.events("stopped"))
+    print(f"\n{len(runs)} ticks on 3 replicas; {writes} API writes in all (incl. membership)")
+
+
+def test_an_every_replica_job_runs_on_all_three_replicas_every_tick(
+    replicas: list[Replica], kube_api: Any, namespace: str
+) -> None:
+    create_job(
+        kube_api,
+        namespace,
+        scheduled_job("everywhere", bucket="every-replica", schedule="@every 1s"),
+    )
+    wait_ticks(replicas, "everywhere", TICKS)
+    terminate_all(replicas)
+    runs = runs_of(replicas, "everywhere")
+    by_tick: dict[str, set[int]] = {}
+    for tick, index, _ in runs:
+        by_tick.setdefault(tick, set()).add(index)
+    assert max(Counter((tick, index) for tick, index, _ in runs).values()) == 1
+    # Between the first tick every replica ran and the last one, every replica ran every tick.
+    first = max(min(t for t, i, _ in runs if i == index) for index in range(3))
+    last = min(max(t for t, i, _ in runs if i == index) for index in range(3))
+    window = [tick for tick in sorted(by_tick) if first <= tick <= last]
+    assert len(window) >= TICKS - 3
+    assert all(by_tick[tick] == {0, 1, 2} for tick in window), {t: by_tick[t] for t in window}
+    assert all(e["token"] is None for _, _, e in runs)
+
+
+def test_a_single_owner_job_has_one_owner_at_every_instant_and_hands_over_on_sigterm(
+    replicas: list[Replica], kube_api: Any, namespace: str
+) -> None:
+    election = {"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"}
+    create_job(
+        kube_api, namespace, scheduled_job("owner", bucket="single-owner", election=election)
+    )
+    handovers = []
+    alive = list(replicas)
+    owner = _wait_owner(alive, after=0.0)
+    for _ in range(2):
+        sent = time.time()
+        owner.process.send_signal(signal.SIGTERM)
+        alive.remove(owner)
+        successor = _wait_owner(alive, after=sent)
+        handovers.append((sent, _last_start(successor)))
+        owner.process.wait(30)
+        owner = successor
+    terminate_all(alive)
+    terms = _terms(replicas)
+    for (_, end_a, tok_a), (start_b, _, tok_b) in itertools.pairwise(terms):
+        assert end_a <= start_b, f"term {tok_a} ended after term {tok_b} started"
+        assert tok_a < tok_b
+    delays = [started - sent for sent, started in handovers]
+    print(f"\nhandover after SIGTERM: {', '.join(f'{d * 1000:.0f} ms' for d in delays)}")
+    assert all(delay < 1.0 for delay in delays), delays
+
+
+def _wait_owner(group: list[Replica], *, after: float) -> Replica:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for replica in group:
+            starts = [e for e in replica.events("owner-start") if e["t"] > after]
+            stops = [e for e in replica.events("owner-stop") if e["t"] > after]
+            if len(starts) > len(stops):
+                return replica
+        time.sleep(0.01)
+    raise AssertionError("no new owner within 30s")
+
+
+def _last_start(replica: Replica) -> float:
+    return float(replica.events("owner-start")[-1]["t"])
+
+
+def _terms(group: list[Replica]) -> list[tuple[float, float, int]]:
+    """(start, end, token) of every ownership term, by start."""
+    terms = []
+    for replica in group:
+        stops = {e["token"]: e["t"] for e in replica.events("owner-stop")}
+        for start in replica.events("owner-start"):
+            terms.append((start["t"], stops.get(start["token"], float("inf")), start["token"]))
+    return sorted(terms)
+
+
+def _parse(tick: str) -> Any:
+    from datetime import datetime
+
+    return datetime.fromisoformat(tick)
+
+
+def _succeeded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [i for i in items if (i.get("status") or {}).get("outcome") == "Succeeded"]

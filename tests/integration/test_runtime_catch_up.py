@@ -1,0 +1,121 @@
+"""Catch-up and startingDeadline (DESIGN §5 steps 7-8) against a real API server. A replica
+whose wall clock is ahead stands for "time passed while no replica ran": the ticks between
+the job's creation and its first claim were missed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leasecron import Scheduler
+from leasecron.kube.clients import Kube
+from leasecron.models.clocks import SystemClock
+from leasecron.models.names import jobrun_name
+from leasecron.models.schedules import Schedule
+from leasecron.runtime import Tuning
+from leasecron.testing import apply_manifests
+from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
+
+pytestmark = pytest.mark.integration
+FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
+
+
+@pytest.fixture
+def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
+    made = Kube.from_config(kubeconfig=str(kubeconfig))
+    yield made
+    made.api_client.rest_client.close()
+
+
+def outcomes(items: list[dict[str, Any]]) -> dict[str, str]:
+    return {i["metadata"]["name"]: (i.get("status") or {}).get("outcome", "") for i in items}
+
+
+def created(obj: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+
+
+@pytest.mark.parametrize(("policy", "runs_missed"), [("All", 2), ("None", 0)])
+def test_missed_ticks_are_run_per_catch_up_policy_and_the_rest_recorded_missed(
+    kube: Kube, kube_api: Any, namespace: str, policy: str, runs_missed: int
+) -> None:
+    capture = CapturingHandler()
+    manifest = scheduled_job(
+        "job",
+        schedule="@every 1s",
+        startingDeadline="1s",
+        catchUp={"policy": policy, "maxTicks": 2},
+    )
+    [job] = apply_manifests(kube_api, [manifest], namespace=namespace)
+    clock = SystemClock(skew=timedelta(seconds=8))
+    scheduler = Scheduler(namespace=namespace, kube=kube, clock=clock, tuning=FAST)
+    scheduler.register("job", capture)
+    scheduler.start()
+    try:
+        assert capture.wait_calls(runs_missed + 1)
+        claimed = capture.contexts[runs_missed].tick
+        between = Schedule.parse("@every 1s").ticks_between(
+            created(job), claimed - timedelta(microseconds=1), limit=100
+        )
+        names = {jobrun_name("job", tick) for tick in [*between, claimed]}
+        runs = wait_for_jobruns(
+            kube_api,
+            namespace=namespace,
+            until=lambda items: (
+                names <= {n for n, o in outcomes(items).items() if o not in ("", "Running")}
+            ),
+        )
+    finally:
+        scheduler.stop()
+    ran = [ctx.tick for ctx in capture.contexts[: runs_missed + 1]]
+    assert ran == [*between[len(between) - runs_missed :], claimed]
+    seen = outcomes(runs)
+    assert len(between) >= 5
+    for tick in between[: len(between) - runs_missed]:
+        assert seen[jobrun_name("job", tick)] == "Missed"
+    for tick in ran:
+        assert seen[jobrun_name("job", tick)] == "Succeeded"
+
+
+def _skew_to_mid_period(period: int) -> timedelta:
+    """A skew that puts the replica's clock half a period after a tick of `@every period`."""
+    now = datetime.now(UTC).timestamp()
+    target = (now // period + 1) * period + period / 2 + 2 * period
+    return timedelta(seconds=target - now)
+
+
+@pytest.mark.parametrize("policy", ["Latest", "None"])
+def test_a_tick_past_its_starting_deadline_starts_only_as_a_latest_catch_up(
+    kube: Kube, kube_api: Any, namespace: str, policy: str
+) -> None:
+    capture = CapturingHandler()
+    manifest = scheduled_job(
+        "job", schedule="@every 6s", startingDeadline="1s", catchUp={"policy": policy}
+    )
+    apply_manifests(kube_api, [manifest], namespace=namespace)
+    clock = SystemClock(skew=_skew_to_mid_period(6))
+    scheduler = Scheduler(namespace=namespace, kube=kube, clock=clock, tuning=FAST)
+    scheduler.register("job", capture)
+    started = clock.now()
+    scheduler.start()
+    try:
+        assert capture.wait_calls(1, timeout=30)
+        first = capture.contexts[0].tick
+        latest = Schedule.parse("@every 6s").latest_at_or_before(started)
+        assert latest is not None and started - latest > timedelta(seconds=1)
+        if policy == "Latest":
+            assert first == latest  # run at once although 3 s past its deadline
+        else:
+            assert first > started  # nobody starts it; the next tick runs on time
+            runs = wait_for_jobruns(
+                kube_api,
+                namespace=namespace,
+                until=lambda items: jobrun_name("job", latest) in outcomes(items),
+            )
+            assert outcomes(runs)[jobrun_name("job", latest)] == "Missed"
+    finally:
+        scheduler.stop()
