@@ -246,5 +246,6 @@ def test_a_holder_paused_past_its_grant_loses_it_and_never_renews_over_its_succe
     assert lost["assert_held"].startswith("LostLockError")
     # The successor keeps renewing; the paused holder never wrote over it.
     spec = CoordinationV1Api(kube_api).read_namespaced_lease("leasecron-job-hold", namespace).spec
+    assert spec is not None
     assert (spec.holder_identity, spec.lease_transitions) == ("second", taken["token"])
     assert not any(line.get("event") == "lost" for line in second.lines)

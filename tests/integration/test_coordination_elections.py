@@ -30,8 +30,19 @@ def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def lease_obj(api: ApiClient, namespace: str) -> dict[str, Any]:
-    obj = CoordinationV1Api(api).read_namespaced_lease(LEASE, namespace)
-    return dict(api.sanitize_for_serialization(obj))
+    """The Lease as the API server returns it (raw JSON)."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
+    return Kube(api, max_workers=1).request_sync("GET", path)
+
+
+def take_over(api: ApiClient, namespace: str, *, holder: str, transitions: int) -> None:
+    """Another writer takes the Lease, as an admin with kubectl edit would."""
+    leases = CoordinationV1Api(api)
+    lease = leases.read_namespaced_lease(LEASE, namespace)
+    assert lease.spec is not None
+    lease.spec.holder_identity = holder
+    lease.spec.lease_transitions = transitions
+    leases.replace_namespaced_lease(LEASE, namespace, lease)
 
 
 class Candidate:
@@ -165,9 +176,7 @@ def test_a_leader_whose_lease_is_taken_steps_down_at_once_and_contends_again(
             one.elector.start()
             term = await one.elector.wait_leading(timeout=WAIT)
             assert term is not None
-            obj = lease_obj(kube_api, namespace)
-            obj["spec"].update(holderIdentity="intruder", leaseTransitions=term.token + 5)
-            CoordinationV1Api(kube_api).replace_namespaced_lease(LEASE, namespace, obj)
+            take_over(kube_api, namespace, holder="intruder", transitions=term.token + 5)
             assert await term.lost.wait_async(WAIT)
             assert not one.elector.is_leader
             assert ("stopped", term.token) in one.events

@@ -55,6 +55,7 @@ def test_a_lease_we_write_is_read_by_the_official_model_and_kubectl_shows_the_ho
     asyncio.run(scenario())
     lease = CoordinationV1Api(kube_api).read_namespaced_lease("leasecron-job-interop", namespace)
     assert isinstance(lease, V1Lease)
+    assert lease.spec is not None
     assert lease.spec.holder_identity == "billing-api-7d9f-x2-0a1b2c3d"
     assert lease.spec.lease_duration_seconds == 30
     assert lease.spec.lease_transitions == 1
@@ -116,6 +117,7 @@ def test_a_lease_held_by_a_client_go_elector_is_respected_and_taken_over_after_i
     assert token == 4  # one more transition, as client-go counts a change of holder
     assert takeover < 1.0
     spec = CoordinationV1Api(kube_api).read_namespaced_lease("shared", namespace).spec
+    assert spec is not None
     assert (spec.holder_identity, spec.lease_duration_seconds, spec.lease_transitions) == (
         "",
         1,

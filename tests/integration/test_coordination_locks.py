@@ -82,8 +82,19 @@ async def replicas(api: ApiClient, namespace: str, count: int) -> AsyncIterator[
 
 
 def lease_obj(api: ApiClient, namespace: str) -> dict[str, Any]:
-    obj = CoordinationV1Api(api).read_namespaced_lease(LEASE, namespace)
-    return dict(api.sanitize_for_serialization(obj))
+    """The Lease as the API server returns it (raw JSON)."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
+    return Kube(api, max_workers=1).request_sync("GET", path)
+
+
+def take_over(api: ApiClient, namespace: str, *, holder: str, transitions: int) -> None:
+    """Another writer takes the Lease, as an admin with kubectl edit would."""
+    leases = CoordinationV1Api(api)
+    lease = leases.read_namespaced_lease(LEASE, namespace)
+    assert lease.spec is not None
+    lease.spec.holder_identity = holder
+    lease.spec.lease_transitions = transitions
+    leases.replace_namespaced_lease(LEASE, namespace, lease)
 
 
 def test_a_claim_writes_the_lease_like_client_go_with_token_and_tick(
@@ -192,9 +203,7 @@ def test_keep_alive_renews_and_a_takeover_sets_lost_and_calls_listeners(
                 first = parse_lease(lease_obj(kube_api, namespace)).renew_time
                 assert await one.sees(namespace, lambda o: parse_lease(o).renew_time != first)
                 assert grant.held
-                obj = lease_obj(kube_api, namespace)
-                obj["spec"].update(holderIdentity="intruder", leaseTransitions=9)
-                CoordinationV1Api(kube_api).replace_namespaced_lease(LEASE, namespace, obj)
+                take_over(kube_api, namespace, holder="intruder", transitions=9)
                 assert await grant.lost.wait_async(WAIT)
                 assert keep_alive.renewals >= 1
                 await asyncio.sleep(0)  # let the listener task run

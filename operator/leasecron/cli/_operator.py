@@ -24,9 +24,9 @@ POD_NAMESPACE_ENV = "POD_NAMESPACE"
 def _election(lease_duration: str, renew_deadline: str, retry_period: str) -> ElectionConfig:
     try:
         return ElectionConfig(
-            lease_duration=lease_duration,  # type: ignore[arg-type]
-            renew_deadline=renew_deadline,  # type: ignore[arg-type]
-            retry_period=retry_period,  # type: ignore[arg-type]
+            lease_duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=retry_period,
         )
     except ConfigError as e:
         flags = str(e)

@@ -27,10 +27,15 @@ from leasecron._logs import get_logger
 from leasecron._metrics import LEADER, LEADERSHIP_CHANGES
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import LostEvent, LostLockError, call_listener
-from leasecron.coordination.resourcelocks import ROLE_LEADER, LeaseLock, default_labels
+from leasecron.coordination.resourcelocks import (
+    ROLE_LEADER,
+    LeaseLock,
+    LeaseStoreLike,
+    default_labels,
+    lease_store,
+)
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError
-from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.decisions import Acquire, Renew, StandBy, decide_election, free_record
@@ -60,7 +65,7 @@ class Elector:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: Kube | LeaseStoreLike,
         cache: LeaseCache | LeaseView | None,
         *,
         namespace: str,
@@ -86,7 +91,7 @@ class Elector:
             else LeaseView(None, clock=clock)
         )
         self.lease = LeaseLock(
-            LeaseStore(kube),
+            lease_store(kube),
             view,
             namespace=namespace,
             name=name,

@@ -22,10 +22,15 @@ from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Grant, KeepAlive, Listener
-from leasecron.coordination.resourcelocks import ROLE_JOB, LeaseLock, default_labels
+from leasecron.coordination.resourcelocks import (
+    ROLE_JOB,
+    LeaseLock,
+    LeaseStoreLike,
+    default_labels,
+    lease_store,
+)
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, Unavailable
-from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import (
@@ -47,7 +52,7 @@ class TickLock:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: Kube | LeaseStoreLike,
         cache: LeaseCache | LeaseView | None,
         *,
         namespace: str,
@@ -71,7 +76,7 @@ class TickLock:
             else LeaseView(None, clock=clock)
         )
         self.lease = LeaseLock(
-            LeaseStore(kube),
+            lease_store(kube),
             view,
             namespace=namespace,
             name=name,
@@ -82,6 +87,9 @@ class TickLock:
             job=self.job, lease=name, namespace=namespace, identity=identity
         )
         self._deferred: set[asyncio.Task[None]] = set()
+        self.last_skip = ""
+        """Why the last claim returned None ("" after a grant): one of the SKIPS reasons,
+        e.g. `store_unavailable` for a caller that may choose to run unguarded."""
 
     # --- claim ------------------------------------------------------------------------------
 
@@ -91,6 +99,7 @@ class TickLock:
         return recorded is not None and recorded >= tick
 
     def _skip(self, reason: str, tick: datetime, **details: Any) -> None:
+        self.last_skip = reason
         SKIPS.labels(namespace=self.namespace, job=self.job, reason=reason).inc()
         self._log.debug("tick skipped", tick=format_tick(tick), reason=reason, **details)
 
@@ -101,7 +110,9 @@ class TickLock:
         stagger: float = 0.0,
         starting_deadline: float | timedelta | None = None,
     ) -> Grant | None:
-        """Claim `tick`; the Grant, or None (skipped: someone else has it, or cannot now)."""
+        """Claim `tick`; the Grant, or None (skipped: someone else has it, or cannot now;
+        `last_skip` says why)."""
+        self.last_skip = ""
         if stagger > 0 and await self.lease.view.wait_for(
             self.namespace, self.name, lambda: self._taken(tick), timeout=stagger
         ):

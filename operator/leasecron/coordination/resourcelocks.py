@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from leasecron.coordination._views import LeaseView, Seen
+from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
@@ -23,6 +24,21 @@ ROLE_JOB = "job"
 ROLE_LEADER = "leader"
 LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER})"
 """The label selector of the Leases a process watches for its locks and electors."""
+
+
+class LeaseStoreLike(Protocol):
+    """The part of `kube.leases.LeaseStore` a lock uses (tests pass an in-memory one)."""
+
+    async def get(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def replace(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def lease_store(kube: Kube | LeaseStoreLike) -> LeaseStoreLike:
+    """A LeaseStore over `kube`, or `kube` itself when it already is a store."""
+    return LeaseStore(kube) if isinstance(kube, Kube) else kube
 
 
 def default_labels(role: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -37,7 +53,7 @@ class LeaseLock:
 
     def __init__(
         self,
-        store: LeaseStore,
+        store: LeaseStoreLike,
         view: LeaseView,
         *,
         namespace: str,

@@ -54,20 +54,27 @@ def _require_positive(field: str, value: timedelta) -> None:
         raise ConfigError(f"{field} ({_show(value)}) must be positive")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, init=False)
 class LockConfig:
     """How long a once-per-tick claim may be held (atMostFor), how long it is held at least
     (atLeastFor) and whether it is kept alive while the handler runs."""
 
     at_most_for: timedelta
-    at_least_for: timedelta = timedelta(0)
-    keep_alive: bool = True
+    at_least_for: timedelta
+    keep_alive: bool
 
-    def __post_init__(self) -> None:
-        at_most = to_timedelta("atMostFor", self.at_most_for)
-        at_least = to_timedelta("atLeastFor", self.at_least_for)
+    def __init__(
+        self,
+        *,
+        at_most_for: DurationLike,
+        at_least_for: DurationLike = 0,
+        keep_alive: bool = True,
+    ) -> None:
+        at_most = to_timedelta("atMostFor", at_most_for)
+        at_least = to_timedelta("atLeastFor", at_least_for)
         object.__setattr__(self, "at_most_for", at_most)
         object.__setattr__(self, "at_least_for", at_least)
+        object.__setattr__(self, "keep_alive", bool(keep_alive))
         _require_positive("atMostFor", at_most)
         if at_least < timedelta(0):
             raise ConfigError(f"atLeastFor ({_show(at_least)}) must not be negative")
@@ -96,20 +103,26 @@ class LockConfig:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, init=False)
 class ElectionConfig:
     """client-go's election timing: a leader renews every retryPeriod and stops leading when
     it has not renewed for renewDeadline; a standby takes over after leaseDuration without a
     change to the Lease. Requires leaseDuration > renewDeadline > 1.2 * retryPeriod."""
 
-    lease_duration: timedelta = timedelta(seconds=15)
-    renew_deadline: timedelta = timedelta(seconds=10)
-    retry_period: timedelta = timedelta(seconds=2)
+    lease_duration: timedelta
+    renew_deadline: timedelta
+    retry_period: timedelta
 
-    def __post_init__(self) -> None:
-        lease = to_timedelta("leaseDuration", self.lease_duration)
-        renew = to_timedelta("renewDeadline", self.renew_deadline)
-        retry = to_timedelta("retryPeriod", self.retry_period)
+    def __init__(
+        self,
+        *,
+        lease_duration: DurationLike = timedelta(seconds=15),
+        renew_deadline: DurationLike = timedelta(seconds=10),
+        retry_period: DurationLike = timedelta(seconds=2),
+    ) -> None:
+        lease = to_timedelta("leaseDuration", lease_duration)
+        renew = to_timedelta("renewDeadline", renew_deadline)
+        retry = to_timedelta("retryPeriod", retry_period)
         object.__setattr__(self, "lease_duration", lease)
         object.__setattr__(self, "renew_deadline", renew)
         object.__setattr__(self, "retry_period", retry)

@@ -111,7 +111,9 @@ def step_claim(world: World, replica: Replica) -> None:
     if written is None:
         return
     # The record the claim replaced did not show this tick (or a later one) already.
-    assert before is None or before.tick is None or before.tick < decision.record.tick
+    claimed = decision.record.tick
+    assert claimed is not None
+    assert before is None or before.tick is None or before.tick < claimed
     for other in world.replicas:  # nobody else still believes in a live grant
         assert other.grant is None or other is replica or other.grant[3] <= world.mono
     until = world.mono + LOCK.lease_duration_s
