@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 from leasecron._version import __version__
 
 if TYPE_CHECKING:
-    from leasecron.coordination.grants import LostLockError
+    from leasecron.coordination import LostLockError
     from leasecron.models.specs import Bucket
     from leasecron.runtime import JobContext, Scheduler, Tuning
 
 _EXPORTS = {
     "Bucket": "leasecron.models.specs",
     "JobContext": "leasecron.runtime",
-    "LostLockError": "leasecron.coordination.grants",
+    "LostLockError": "leasecron.coordination",
     "Scheduler": "leasecron.runtime",
     "Tuning": "leasecron.runtime",
 }

@@ -4,7 +4,7 @@ Public names: `Scheduler`, `JobContext`, `LostLockError`, `Tuning`. Everything e
 package is private (modules with a leading underscore) and may change.
 """
 
-from leasecron.coordination.grants import LostLockError
+from leasecron.coordination import LostLockError
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._scheduler import Scheduler
 from leasecron.runtime._services import Tuning

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from leasecron.coordination.grants import LostEvent, LostLockError
+from leasecron.coordination import LostEvent, LostLockError
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from leasecron._logs import get_logger
-from leasecron.coordination.resourcelocks import LEASE_SELECTOR
+from leasecron.coordination import lease_informer
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError, NotFound, Unavailable
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
@@ -84,12 +84,7 @@ class Runtime:
     def _services(self, kube: Kube, executor: ThreadPoolExecutor) -> Services:
         settings = self._settings
         leases = LeaseStore(kube)
-        lease_cache = Informer(
-            kube,
-            path=leases.collection_path(namespace=settings.namespace),
-            label_selector=LEASE_SELECTOR,
-            clock=settings.clock,
-        )
+        lease_cache = lease_informer(kube, namespace=settings.namespace, clock=settings.clock)
         membership = Membership(
             leases=leases,
             namespace=settings.namespace,

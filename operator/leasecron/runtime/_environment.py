@@ -22,10 +22,12 @@ _GROUP = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 def kubeconfig_namespace(*, kubeconfig: str | None = None) -> str | None:
-    """The namespace of the kubeconfig's current context, or None."""
+    """The namespace of the kubeconfig's current context (`kubeconfig`, else $KUBECONFIG,
+    else ~/.kube/config), or None."""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
     try:
         _, active = kubernetes.config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig
+            config_file=path
         )
     except Exception:
         return None

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Iterable
 
 from leasecron._logs import get_logger
-from leasecron.coordination.elections import Elector, Term
+from leasecron.coordination import Elector, Term
 from leasecron.kube.errors import AlreadyExists, KubeError
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.names import LABEL_GROUP, format_tick, leader_lease_name

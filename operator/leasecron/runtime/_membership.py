@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from leasecron._logs import get_logger
@@ -58,6 +58,29 @@ def member_body(
     annotations = body["metadata"].setdefault("annotations", {})
     annotations[ANNOTATION_HANDLERS] = json.dumps(sorted(handlers), separators=(",", ":"))
     return body
+
+
+def live_members(
+    objects: Iterable[dict[str, Any]],
+    *,
+    observed_at: Callable[[str | None, str], float | None],
+    now: float,
+    identity: str,
+    fallback_s: float,
+) -> list[str]:
+    """The holders of the member Leases in `objects` that are live at local monotonic `now`
+    (changed less than their leaseDurationSeconds ago, as `observed_at` says), plus
+    `identity`, sorted."""
+    live = {identity}
+    for obj in objects:
+        record = parse_lease(obj)
+        seen_at = observed_at(record.namespace or None, record.name)
+        if seen_at is None or not record.holder:
+            continue
+        seen = Observation(record=record, observed_at=seen_at)
+        if grant_live(seen, now_mono=now, fallback_s=fallback_s):
+            live.add(record.holder)
+    return sorted(live)
 
 
 class Membership:
@@ -127,17 +150,13 @@ class Membership:
 
     def members(self) -> list[str]:
         """Identities of the live members, this replica always included, sorted."""
-        now = self._clock.monotonic()
-        live = {self.identity}
-        for obj in self._informer.items():
-            record = parse_lease(obj)
-            observed = self._informer.observed_at(record.namespace or None, record.name)
-            if observed is None or not record.holder:
-                continue
-            seen = Observation(record=record, observed_at=observed)
-            if grant_live(seen, now_mono=now, fallback_s=self._duration_s):
-                live.add(record.holder)
-        return sorted(live)
+        return live_members(
+            self._informer.items(),
+            observed_at=self._informer.observed_at,
+            now=self._clock.monotonic(),
+            identity=self.identity,
+            fallback_s=self._duration_s,
+        )
 
     def handlers_of(self, identity: str) -> list[str]:
         """The handler names a live member advertises ([] when unknown)."""

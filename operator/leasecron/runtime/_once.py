@@ -17,8 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron.coordination.grants import Grant
-from leasecron.coordination.locks import TickLock
+from leasecron.coordination import Grant, TickLock
 from leasecron.kube.errors import AlreadyExists, KubeError
 from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 
 from leasecron._logs import get_logger
-from leasecron.coordination.elections import Elector, Term
+from leasecron.coordination import Elector, Term
 from leasecron.kube.errors import KubeError
 from leasecron.models.decisions import rendezvous_rank
 from leasecron.models.names import LABEL_JOB, LABEL_ROLE, job_lease_name

@@ -19,7 +19,7 @@ import structlog
 
 from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
-from leasecron.coordination.grants import LostEvent
+from leasecron.coordination import LostEvent
 from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import Clock

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from leasecron import LostLockError
 from leasecron.models.specs import Bucket
-from leasecron.runtime._context import JobContext, LostLockError
+from leasecron.runtime._context import JobContext
 
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
