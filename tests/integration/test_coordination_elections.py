@@ -4,6 +4,7 @@ release, stepping down when the Lease is taken, and contending again afterwards.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes.client import ApiClient, CoordinationV1Api
 
-from leasecron.coordination import Elector, Term, lease_informer
+from leasecron.coordination import BackgroundLoop, Elector, SyncElector, Term, lease_informer
 from leasecron.kube.clients import Kube
 from leasecron.kube.watches import Informer
 from leasecron.models.configs import ElectionConfig
@@ -219,3 +220,36 @@ def test_callbacks_that_raise_do_not_stop_the_elector(kube_api: ApiClient, names
 
     run(scenario)
     assert lease_obj(kube_api, namespace)["spec"]["holderIdentity"] == ""
+
+
+def test_the_sync_front_end_leads_from_a_plain_thread_and_releases_on_exit(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    tokens: list[int] = []
+
+    with BackgroundLoop() as loop:
+
+        async def build() -> SyncElector:
+            kube = Kube(kube_api, max_workers=2)
+            informer = lease_informer(kube, namespace=namespace)
+            await informer.start()
+            elector = Elector(
+                kube, informer, namespace=namespace, name=LEASE, config=FAST, identity="sync"
+            )
+            return SyncElector(elector, loop)
+
+        elector = loop.run(build())
+
+        def app_thread() -> None:
+            with elector.leading() as term:
+                assert elector.is_leader
+                tokens.append(term.token)
+            assert term.lost.is_set()
+
+        thread = threading.Thread(target=app_thread)
+        thread.start()
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert tokens == [0]
+    spec = lease_obj(kube_api, namespace)["spec"]
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)

@@ -14,8 +14,8 @@ from leasecron.coordination.background import (
     SyncGrant,
     SyncTickLock,
 )
-from leasecron.coordination.elections import Elector, Term
-from leasecron.coordination.grants import Grant, KeepAlive, LostEvent, LostLockError
+from leasecron.coordination.elections import Elector
+from leasecron.coordination.grants import Grant, KeepAlive, LostEvent, LostLockError, Term
 from leasecron.coordination.locks import TickLock
 from leasecron.coordination.resourcelocks import (
     LEASE_SELECTOR,

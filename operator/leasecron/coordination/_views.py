@@ -15,7 +15,6 @@ why every write built from it is conditional.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -72,7 +71,7 @@ def _key_of(obj: dict[str, Any]) -> Key | None:
     return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
 
-_SHARED: weakref.WeakKeyDictionary[Any, LeaseView] = weakref.WeakKeyDictionary()
+_SHARED_ATTRIBUTE = "_leasecron_lease_view"
 
 
 class LeaseView:
@@ -97,9 +96,11 @@ class LeaseView:
             return cache
         if cache is None:
             return cls(None, clock=clock)
-        view = _SHARED.get(cache)
-        if view is None:
-            view = _SHARED[cache] = cls(cache, clock=clock)
+        view = getattr(cache, _SHARED_ATTRIBUTE, None)
+        if not isinstance(view, LeaseView):
+            view = cls(cache, clock=clock)
+            # Kept on the cache itself, so the two live and die together.
+            setattr(cache, _SHARED_ATTRIBUTE, view)
         return view
 
     def close(self) -> None:
@@ -112,16 +113,17 @@ class LeaseView:
     def seen(self, namespace: str, name: str) -> Seen | None:
         """The newest version this process knows of, or None when it knows of none."""
         key = (namespace, name)
-        cached = self._cache.get(namespace, name) if self._cache is not None else None
+        cache = self._cache
+        cached = cache.get(namespace, name) if cache is not None else None
         local = self._local.get(key)
         if local is not None and cached is not None and not _newer(_rv(local[0]), _rv(cached)):
             del self._local[key]  # the watch caught up with our own response
             local = None
         if local is not None:
             obj, first_seen = local
-        elif cached is not None and self._cache is not None:
+        elif cached is not None and cache is not None:
             obj = cached
-            first_seen = self._cache.observed_at(namespace, name) or self._clock.monotonic()
+            first_seen = cache.observed_at(namespace, name) or self._clock.monotonic()
         else:
             return None
         record = parse_lease(obj)

@@ -18,8 +18,8 @@ from collections.abc import Coroutine, Iterator
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from leasecron.coordination.elections import Elector, Term
-from leasecron.coordination.grants import Grant, KeepAlive, Listener, LostEvent
+from leasecron.coordination.elections import Elector
+from leasecron.coordination.grants import Grant, KeepAlive, Listener, LostEvent, Term
 from leasecron.coordination.locks import TickLock
 
 T = TypeVar("T")

@@ -20,13 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron._metrics import LEADER, LEADERSHIP_CHANGES
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
-from leasecron.coordination.grants import LostEvent, LostLockError, call_listener
+from leasecron.coordination.grants import Term, call_listener
 from leasecron.coordination.resourcelocks import (
     ROLE_LEADER,
     LeaseLock,
@@ -43,21 +42,6 @@ from leasecron.models.leases import parse_lease
 
 Callback = Callable[..., Any]
 _WRITE_FAILURES = (KubeError, TimeoutError)
-
-
-@dataclass(frozen=True, eq=False)
-class Term:
-    """One ownership term: the fencing token is the Lease's leaseTransitions for it."""
-
-    token: int
-    identity: str
-    started_at: float
-    lost: LostEvent = field(default_factory=LostEvent)
-
-    def assert_held(self) -> None:
-        """Raise LostLockError once the term has ended."""
-        if self.lost.is_set():
-            raise LostLockError(f"term {self.token} of {self.identity} has ended")
 
 
 class Elector:

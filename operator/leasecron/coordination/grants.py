@@ -1,6 +1,6 @@
 """Grants and fencing: what a successful claim hands to the code that runs the job.
 
-Owns `Grant` (fencing token, tick, holder, a `lost` event, `assert_held()`, `renew()`,
+Owns `Grant` and `Term` (fencing token, tick, holder, a `lost` event, `assert_held()`, `renew()`,
 `release()`), `LostLockError`, `LostEvent` (a `threading.Event` that also wakes asyncio
 waiters and listeners, so it can be set and read from sync or async code), and `KeepAlive`,
 which wraps a grant: it renews every atMostFor / 3 and, when a renewal is refused or the grant
@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,21 @@ async def call_listener(callback: Callable[..., Any], *args: Any, what: str, **l
         raise
     except Exception:
         _log.exception(f"{what} failed", **log)
+
+
+@dataclass(frozen=True, eq=False)
+class Term:
+    """One ownership term: the fencing token is the Lease's leaseTransitions for it."""
+
+    token: int
+    identity: str
+    started_at: float
+    lost: LostEvent = field(default_factory=LostEvent)
+
+    def assert_held(self) -> None:
+        """Raise LostLockError once the term has ended."""
+        if self.lost.is_set():
+            raise LostLockError(f"term {self.token} of {self.identity} has ended")
 
 
 class Grant:
