@@ -91,8 +91,11 @@ def test_watchers_of_one_lease_hear_its_changes_and_a_failing_watcher_is_contain
     def broken(obj: dict[str, Any] | None) -> None:
         raise RuntimeError("watcher bug")
 
+    def holder(obj: dict[str, Any] | None) -> None:
+        heard.append(None if obj is None else str(obj["spec"]["holderIdentity"]))
+
     view.watch(NS, "l", broken)
-    unwatch = view.watch(NS, "l", lambda obj: heard.append(obj and obj["spec"]["holderIdentity"]))
+    unwatch = view.watch(NS, "l", holder)
     cache.deliver("ADDED", (NS, "l"), lease("1", holder="a"))
     cache.deliver("ADDED", (NS, "other"), {**lease("2"), "metadata": {"name": "other"}})
     view.note(lease("3", holder="b"))
