@@ -24,7 +24,20 @@ from typing import TYPE_CHECKING, Any
 from leasecron._version import __version__
 
 if TYPE_CHECKING:
-    from leasecron.coordination import LostLockError
+    from leasecron.coordination import (
+        BackgroundLoop,
+        Elector,
+        Grant,
+        KeepAlive,
+        LostLockError,
+        SyncElector,
+        SyncTickLock,
+        Term,
+        TickLock,
+        lease_informer,
+    )
+    from leasecron.models.configs import ConfigError, ElectionConfig, LockConfig
+    from leasecron.models.identity import make_identity
     from leasecron.models.specs import Bucket
     from leasecron.runtime import JobContext, Scheduler, Tuning
 
@@ -34,9 +47,43 @@ _EXPORTS = {
     "LostLockError": "leasecron.coordination",
     "Scheduler": "leasecron.runtime",
     "Tuning": "leasecron.runtime",
+    # Coordination primitives, for code that needs a lock or an election of its own.
+    "BackgroundLoop": "leasecron.coordination",
+    "ConfigError": "leasecron.models.configs",
+    "ElectionConfig": "leasecron.models.configs",
+    "Elector": "leasecron.coordination",
+    "Grant": "leasecron.coordination",
+    "KeepAlive": "leasecron.coordination",
+    "LockConfig": "leasecron.models.configs",
+    "SyncElector": "leasecron.coordination",
+    "SyncTickLock": "leasecron.coordination",
+    "Term": "leasecron.coordination",
+    "TickLock": "leasecron.coordination",
+    "lease_informer": "leasecron.coordination",
+    "make_identity": "leasecron.models.identity",
 }
 
-__all__ = ["Bucket", "JobContext", "LostLockError", "Scheduler", "Tuning", "__version__"]
+__all__ = [
+    "BackgroundLoop",
+    "Bucket",
+    "ConfigError",
+    "ElectionConfig",
+    "Elector",
+    "Grant",
+    "JobContext",
+    "KeepAlive",
+    "LockConfig",
+    "LostLockError",
+    "Scheduler",
+    "SyncElector",
+    "SyncTickLock",
+    "Term",
+    "TickLock",
+    "Tuning",
+    "__version__",
+    "lease_informer",
+    "make_identity",
+]
 
 
 def __getattr__(name: str) -> Any:
