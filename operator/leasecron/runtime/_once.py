@@ -77,6 +77,7 @@ class LockDispatch:
         self._services = services
         self._lock: _Lock | None = None
         self._lock_key: tuple[Any, ...] = ()
+        self._unreleased: Grant | None = None
 
     def lock_for(self, job: ScheduledJob) -> _Lock:
         config = lock_config(job)
@@ -105,6 +106,7 @@ class LockDispatch:
     async def __call__(self, order: TickOrder, control: RunControl) -> None:
         services, job = self._services, order.job
         lock = self.lock_for(job)
+        await self._release_leftover(lock)
         seen = lock.lease.observe()
         previous = seen.observation.record.tick if seen is not None else None
         members = services.membership.members()
@@ -114,7 +116,9 @@ class LockDispatch:
             order.tick, stagger=rank * services.tuning.claim_step, starting_deadline=deadline
         )
         if grant is None:
-            unreachable = lock.last_skip == "store_unavailable"
+            # The store is out of reach when the claim said so, or when the watch on the
+            # Leases is broken (the view, and so the decision, may be stale).
+            unreachable = lock.last_skip == "store_unavailable" or not services.lease_cache.healthy
             if unreachable and job.spec.on_store_unavailable is StoreUnavailablePolicy.RUN_LOCALLY:
                 await run_unguarded(services, order, control)
             return
@@ -135,7 +139,36 @@ class LockDispatch:
                 await _run_plan(services, order, plan, control, grant)
         finally:
             watch()
-            await grant.release()
+            await self._release(lock, grant)
+
+    async def _release(self, lock: TickLock, grant: Grant) -> None:
+        """Release; when the write did not happen (store out of reach) remember the grant,
+        so that the next tick frees it first instead of skipping on our own stale grant."""
+        before = lock.lease.observe()
+        await grant.release()
+        after = lock.lease.observe()
+        unchanged = (
+            before is not None
+            and after is not None
+            and (before.resource_version == after.resource_version)
+        )
+        if unchanged and not grant.lost.is_set() and _still_ours(lock, grant):
+            self._unreleased = grant
+
+    async def _release_leftover(self, lock: TickLock) -> None:
+        grant, self._unreleased = self._unreleased, None
+        if grant is None or not _still_ours(lock, grant):
+            return
+        grant.released = False  # TickLock.release() writes only for a grant not yet released
+        await self._release(lock, grant)
+
+
+def _still_ours(lock: TickLock, grant: Grant) -> bool:
+    seen = lock.lease.observe()
+    if seen is None:
+        return False
+    record = seen.observation.record
+    return record.holder == grant.holder and record.transitions == grant.token
 
 
 class _GrantGuard:
