@@ -21,7 +21,7 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlencode
@@ -42,16 +42,20 @@ _JSON = "application/json"
 
 
 class WatchStream(Iterator[bytes]):
-    """The lines of one streaming response (a watch). Iterate in one thread; `close()` from any
-    thread unblocks that iteration (it then ends, or raises a KubeError from `map_error`)."""
+    """The lines of one streaming response (a watch), iterated by one thread. `close()` from
+    any other thread unblocks that iteration (it then ends quietly); `close()` from the
+    iterating thread also releases the connection at once. A stream that ends cleanly returns
+    its connection to the pool; any other ending closes it."""
 
     def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
         self._response = response
         self._lines = self._iterate()
         self._closed = threading.Event()
+        self._owner: int | None = None
 
-    def _iterate(self) -> Iterator[bytes]:
+    def _iterate(self) -> Generator[bytes, None, None]:
         pending = b""
+        finished = False
         try:
             for chunk in self._response.stream(amt=None, decode_content=True):
                 pending += chunk
@@ -59,23 +63,32 @@ class WatchStream(Iterator[bytes]):
                 yield from (line for line in lines if line.strip())
             if pending.strip():
                 yield pending
+            finished = not self._closed.is_set()
         except Exception as e:
             if self._closed.is_set():
                 return
             raise map_error(e) from e
         finally:
+            if not finished:
+                self._response.close()
             self._response.release_conn()
 
     def __next__(self) -> bytes:
+        if self._owner is None:
+            self._owner = threading.get_ident()
         return next(self._lines)
 
     def close(self) -> None:
-        """Stop the stream; safe to call from another thread and more than once."""
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        with contextlib.suppress(Exception):  # a socket already gone is what we want
-            self._response.shutdown()
+        """Stop the stream; safe to call from any thread and more than once."""
+        if not self._closed.is_set():
+            self._closed.set()
+            with contextlib.suppress(Exception):  # a socket already gone is what we want
+                self._response.shutdown()
+        if self._owner is None:  # never iterated: nobody else will release it
+            self._response.close()
+            self._response.release_conn()
+        elif self._owner == threading.get_ident():
+            self._lines.close()  # suspended in this thread: runs its cleanup now
 
 
 class Kube:
