@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,3 +93,29 @@ def test_a_handler_that_raises_gives_a_failed_jobrun_and_the_scheduler_goes_on(
     failed = [run for run in runs if run["metadata"]["name"] in names]
     assert [run["status"]["outcome"] for run in failed] == ["Failed", "Failed"]
     assert all("RuntimeError: disk full at" in run["status"]["message"] for run in failed)
+
+
+def test_an_asyncio_app_runs_the_scheduler_with_async_with_and_async_handlers(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    async def app() -> list[JobContext]:
+        seen: list[JobContext] = []
+        enough = asyncio.Event()
+        scheduler = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5)
+
+        @scheduler.job("ping")
+        async def ping(ctx: JobContext) -> None:
+            seen.append(ctx)
+            if len(seen) >= 2:
+                enough.set()
+
+        create_job(kube_api, namespace, scheduled_job("ping", schedule="@every 1s"))
+        async with scheduler:
+            assert scheduler.running and scheduler.jobs == ("ping",)
+            await asyncio.wait_for(enough.wait(), 30)
+        assert not scheduler.running
+        return seen
+
+    seen = asyncio.run(app())
+    assert [ctx.job for ctx in seen[:2]] == ["ping", "ping"]
+    assert seen[0].tick < seen[1].tick

@@ -104,7 +104,6 @@ class Runtime:
             identity=settings.identity,
             clock=settings.clock,
             kube=kube,
-            leases=leases,
             registry=self._registry,
             executor=executor,
             recorder=recorder,
@@ -134,6 +133,8 @@ class Runtime:
         try:
             if not await self._start(services, jobs_informer, stop, ready):
                 return
+            await table.settled()
+            ready(None)
             _log.info(
                 "scheduler running",
                 group=services.group,
@@ -155,7 +156,7 @@ class Runtime:
         ready: Ready,
     ) -> bool:
         """Start the caches and the member Lease, retrying while the API server cannot be
-        reached; False when a stop came first."""
+        reached (`ready` hears of the first failure); False when a stop came first."""
         delays = backoff_delays(first=0.5, cap=10.0)
         reported = False
         steps = (services.lease_cache.start, services.membership.start, jobs_informer.start)
@@ -180,8 +181,6 @@ class Runtime:
                 return False
             except TimeoutError:
                 continue
-        if not reported:
-            ready(None)
         return True
 
     async def _shutdown(

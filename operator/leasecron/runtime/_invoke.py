@@ -34,7 +34,6 @@ class StopReason(StrEnum):
     LOST = "lost"  # the grant was lost, or would expire before it could be renewed
     STOPPING = "stopping"  # the scheduler is shutting down
     REMOVED = "removed"  # the job was deleted, suspended (single-owner) or moved elsewhere
-    RESIGNED = "resigned"  # a single-owner term ended because its handler returned
 
 
 @dataclass(frozen=True)

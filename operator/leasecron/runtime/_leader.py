@@ -54,6 +54,16 @@ class GroupLeader:
         """The current term while this replica leads the group, else None."""
         return self._elector.term if self._elector is not None else None
 
+    async def wait_leading(self) -> Term:
+        """The term, once this replica leads the group (the election must be running)."""
+        while True:
+            elector = self._elector
+            if elector is None:
+                raise RuntimeError("the group leader election is not running")
+            term = await elector.wait_leading()
+            if term is not None:
+                return term
+
     def ensure(self, jobs: Iterable[ScheduledJob]) -> None:
         """Start the election when a Leader-coordinated job exists, stop it when none does."""
         wanted = sorted((job for job in jobs if uses_leader(job)), key=lambda job: job.name)

@@ -158,19 +158,6 @@ class Membership:
             fallback_s=self._duration_s,
         )
 
-    def handlers_of(self, identity: str) -> list[str]:
-        """The handler names a live member advertises ([] when unknown)."""
-        for obj in self._informer.items():
-            record = parse_lease(obj)
-            if record.holder == identity:
-                raw = (obj.get("metadata") or {}).get("annotations", {}).get(ANNOTATION_HANDLERS)
-                try:
-                    names = json.loads(raw) if raw else []
-                except ValueError:
-                    return []
-                return [str(n) for n in names] if isinstance(names, list) else []
-        return []
-
     async def _keep_alive(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):

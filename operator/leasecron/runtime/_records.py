@@ -9,7 +9,8 @@ never raised: a run that happened is not undone because its record could not be 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from leasecron._logs import get_logger
@@ -19,6 +20,7 @@ from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.models.specs import JobRun, Outcome, ScheduledJob
+from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, StopReason
 
 _log = get_logger("leasecron.runtime.records")
@@ -55,6 +57,17 @@ def _why(reason: StopReason) -> str:
     }.get(reason, str(reason))
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """How one run ended, as recorded, with the context its handler was given."""
+
+    job: str
+    tick: datetime
+    outcome: Outcome
+    message: str
+    context: JobContext
+
+
 class Recorder:
     """Writes the JobRuns of one namespace and counts runs."""
 
@@ -62,6 +75,7 @@ class Recorder:
         self._jobruns = jobruns
         self.namespace = namespace
         self._clock = clock
+        self.listeners: list[Callable[[RunOutcome], None]] = []
 
     async def start_tick(
         self, job: ScheduledJob, *, tick: datetime, holder: str, token: int | None
@@ -156,5 +170,9 @@ class Recorder:
                 break
         return written
 
-    def count(self, job: ScheduledJob, outcome: Outcome) -> None:
+    def count(self, job: ScheduledJob, ctx: JobContext, outcome: Outcome, message: str) -> None:
+        """Count a finished run in RUNS and tell the listeners (`run_once` is one)."""
         RUNS.labels(self.namespace, job.name, job.spec.bucket.value, outcome.value).inc()
+        run = RunOutcome(job=job.name, tick=ctx.tick, outcome=outcome, message=message, context=ctx)
+        for listener in list(self.listeners):
+            listener(run)

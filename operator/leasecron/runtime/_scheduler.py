@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import structlog
 
@@ -28,6 +29,7 @@ from leasecron.kube.clients import Kube
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.runtime._core import Runtime, Settings
 from leasecron.runtime._environment import check_group, default_namespace, resolve_identity
+from leasecron.runtime._oneshot import RunResult, run_once
 from leasecron.runtime._registry import Handler, HandlerRegistry
 from leasecron.runtime._services import Tuning
 
@@ -104,6 +106,11 @@ class Scheduler:
         return self._settings.identity
 
     @property
+    def kube(self) -> Kube | None:
+        """The client given at construction (None: one is made from the environment)."""
+        return self._kube
+
+    @property
     def grace_period(self) -> float:
         return self._settings.grace_period
 
@@ -150,6 +157,25 @@ class Scheduler:
             return self.register(name, fn)
 
         return decorate
+
+    # --- one run ------------------------------------------------------------------------
+
+    async def run_once(
+        self,
+        job: str | Mapping[str, Any],
+        *,
+        tick: datetime | None = None,
+        timeout: float = 60.0,  # noqa: ASYNC109 - bounds the whole run
+    ) -> RunResult:
+        """Run one tick of `job` now, as this replica would (claim, JobRun, handler, record,
+        release), ignoring its starting deadline; for tests and manual triggers. `job` is a
+        ScheduledJob name or a manifest (created when missing); `tick` defaults to the latest
+        tick (now for single-owner jobs, which run one term until the handler returns or
+        `timeout`). Not while this scheduler runs."""
+        if self.running:
+            raise RuntimeError(f"{self!r} is running; run_once needs a scheduler that is not")
+        runtime = Runtime(self._settings, self._registry, self._kube)
+        return await run_once(runtime, job, tick=tick, timeout=timeout)
 
     # --- asyncio ------------------------------------------------------------------------
 

@@ -21,10 +21,9 @@ from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
 from leasecron.coordination import LostEvent
 from leasecron.kube.clients import Kube
-from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
-from leasecron.models.specs import ScheduledJob
+from leasecron.models.specs import Bucket, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
@@ -55,7 +54,6 @@ class Services:
     identity: str
     clock: Clock
     kube: Kube
-    leases: LeaseStore
     registry: HandlerRegistry
     executor: ThreadPoolExecutor
     recorder: Recorder
@@ -114,13 +112,13 @@ class Services:
 
     def report(
         self, job: ScheduledJob, ctx: JobContext, end: HandlerEnd, control: RunControl
-    ) -> tuple[Any, str]:
+    ) -> tuple[Outcome, str]:
         """Count and log the outcome of a finished run; returns (outcome, message)."""
-        term = ctx.bucket.value == "single-owner"
+        term = ctx.bucket is Bucket.SINGLE_OWNER
         outcome, message = outcome_of(
             end, reason=control.reason, unguarded=ctx.unguarded, term=term
         )
-        self.recorder.count(job, outcome)
+        self.recorder.count(job, ctx, outcome, message)
         fields = {"outcome": outcome.value, "duration": round(end.duration, 3)}
         if end.error is not None:
             ctx.logger.error("handler failed", message=message, exc_info=end.error, **fields)

@@ -18,12 +18,94 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from leasecron.models.names import API_VERSION
 
-__all__ = ["CapturingHandler", "scheduled_job"]
+if TYPE_CHECKING:
+    from leasecron.runtime import JobContext, RunResult, Scheduler
+
+__all__ = [
+    "CapturingHandler",
+    "TickResult",
+    "run_tick",
+    "run_tick_sync",
+    "scheduled_job",
+    "wait_for_jobruns",
+]
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """One tick run by `run_tick`: what `Scheduler.run_once` reported, the JobRun of the tick
+    as the API server has it (None for every-replica jobs, or when another holder had the
+    tick), and the structlog events emitted meanwhile."""
+
+    result: RunResult
+    jobrun: dict[str, Any] | None
+    logs: list[MutableMapping[str, Any]]
+
+    @property
+    def context(self) -> JobContext:
+        """The context the handler got for the asked tick; AssertionError when it did not
+        run here."""
+        runs = self.result.runs
+        assert runs, f"{self.result.job} did not run here for {self.result.tick}"
+        return runs[-1].context
+
+    @property
+    def outcome(self) -> str | None:
+        outcome = self.result.outcome
+        return outcome.value if outcome is not None else None
+
+
+async def run_tick(
+    scheduler: Scheduler,
+    job: str | Mapping[str, Any],
+    *,
+    tick: datetime | None = None,
+    timeout: float = 60.0,  # noqa: ASYNC109 - bounds the whole run
+) -> TickResult:
+    """Run one tick of `job` (a ScheduledJob name, or a manifest created when missing) with
+    `scheduler`'s handlers against its cluster, as a replica would, and capture what
+    happened. The scheduler must not be running; give it a `kube` for the test cluster."""
+    from leasecron.kube.clients import Kube
+    from leasecron.kube.jobruns import JobRunStore
+    from leasecron.models.names import jobrun_name, term_jobrun_name
+
+    with structlog.testing.capture_logs() as logs:
+        result = await scheduler.run_once(job, tick=tick, timeout=timeout)
+    jobrun = None
+    ctx = result.runs[-1].context if result.runs else None
+    if ctx is not None and ctx.token is not None:
+        name = (
+            term_jobrun_name(ctx.job, ctx.token)
+            if ctx.bucket.value == "single-owner"
+            else jobrun_name(ctx.job, ctx.tick)
+        )
+        kube = Kube.from_config() if scheduler.kube is None else scheduler.kube
+        try:
+            jobrun = await JobRunStore(kube).get(namespace=scheduler.namespace, name=name)
+        finally:
+            if scheduler.kube is None:
+                await kube.close()
+    return TickResult(result=result, jobrun=jobrun, logs=logs)
+
+
+def run_tick_sync(
+    scheduler: Scheduler,
+    job: str | Mapping[str, Any],
+    *,
+    tick: datetime | None = None,
+    timeout: float = 60.0,
+) -> TickResult:
+    """`run_tick` for sync tests (runs its own event loop)."""
+    return asyncio.run(run_tick(scheduler, job, tick=tick, timeout=timeout))
 
 
 def scheduled_job(
