@@ -144,8 +144,11 @@ class Elector:
 
     def start(self) -> asyncio.Task[None]:
         """Run in a background task (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(), name=f"elector {self.name}")
+        if self._task is not None and not self._task.done():
+            return self._task
+        if self._running:
+            raise RuntimeError(f"elector for {self.namespace}/{self.name} is already running")
+        self._task = asyncio.create_task(self.run(), name=f"elector {self.name}")
         return self._task
 
     async def stop(self, *, release: bool = True) -> None:
@@ -173,7 +176,8 @@ class Elector:
     async def leading(self) -> AsyncIterator[Term]:
         """`async with elector.leading() as term:` runs the elector (if not running), waits
         until it leads, and on exit stops it and releases the Lease."""
-        self.start()
+        if not self._running:
+            self.start()
         try:
             term = None
             while term is None:
@@ -273,8 +277,11 @@ class Elector:
         step_down_at = self._last_renew + self.config.renew_deadline.total_seconds()
         next_attempt = self._last_attempt + retry
         now = self._clock.monotonic()
-        if now >= step_down_at:
-            await self._step_down("could not renew within renewDeadline")
+        reason = self._taken_from(term)
+        if reason is None and now >= step_down_at:
+            reason = "could not renew within renewDeadline"
+        if reason is not None:
+            await self._step_down(reason)
             return
         if now < next_attempt:
             await self.lease.view.wait_for(
@@ -284,10 +291,6 @@ class Elector:
                 timeout=min(next_attempt, step_down_at) - now,
             )
             return  # re-evaluate: stopping, taken, deadline or time to renew
-        reason = self._taken_from(term)
-        if reason is not None:
-            await self._step_down(reason)
-            return
         await self._renew(step_down_at)
 
     async def _renew(self, step_down_at: float) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from leasecron.models.configs import ElectionConfig, LockConfig
@@ -172,8 +172,10 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(script=steps)
+# r4 saw r0's fresh grant and claims the next tick 1 s later: the grant (2 s) is still live.
+@example(script=[(0, 0.0, True, True, ""), (4, 0.0, True, False, ""), (4, 1.0, False, True, "")])
 def test_no_interleaving_grants_a_tick_twice_or_overlaps_grants(
     script: list[tuple[int, float, bool, bool, str]],
 ) -> None:
@@ -193,7 +195,7 @@ def test_no_interleaving_grants_a_tick_twice_or_overlaps_grants(
     assert tokens == sorted(set(tokens)), "tokens did not strictly increase"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     late_first=st.booleans(),
     waits=st.lists(st.sampled_from([0.1, 0.5, 1.0, 2.5]), min_size=1, max_size=30),
@@ -219,7 +221,7 @@ def test_a_replica_whose_clock_is_three_seconds_late_never_claims_a_recorded_tic
 ELECTION = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(script=actions)
 def test_election_terms_have_strictly_increasing_tokens_and_never_overlap(
     script: list[tuple[str, int, float]],

@@ -4,6 +4,7 @@ expiry, step-down within renewDeadline when the store fails, at-once handover on
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 
 import pytest
@@ -165,3 +166,30 @@ def test_rendezvous_stagger_lets_the_preferred_candidate_take_a_released_lease()
 
     assert simulate(clock, main) == "c"
     assert [who for _, who, _ in server.writes].count("b") == 0
+
+
+def test_a_leader_whose_lease_is_taken_steps_down_in_the_same_instant_and_contends_again() -> None:
+    clock = FakeClock()
+    server = FakeLeaseServer(clock)
+
+    async def main() -> tuple[float, float, Term, Term]:
+        a = elector(server, "a")
+        a.start()
+        term = await leading(a)
+        await asyncio.sleep(3.3)
+        stored = server.stored(NS, LEASE)
+        assert stored is not None
+        taken = copy.deepcopy(stored)
+        taken["spec"].update(holderIdentity="intruder", leaseTransitions=term.token + 7)
+        server.replace(NS, taken, "intruder")
+        taken_at = clock.monotonic()
+        assert await term.lost.wait_async(60)
+        lost_at = clock.monotonic()
+        again = await leading(a)  # the intruder never renews: its lease expires
+        await a.stop()
+        return taken_at, lost_at, term, again
+
+    taken_at, lost_at, term, again = simulate(clock, main)
+    assert lost_at == taken_at
+    assert again.token == term.token + 8
+    assert again.started_at - taken_at == pytest.approx(CONFIG.lease_duration.total_seconds())
