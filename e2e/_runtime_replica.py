@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
 from leasecron.runtime import Tuning
@@ -70,8 +72,25 @@ def main() -> int:
 
     threading.Thread(target=announce, daemon=True).start()
     scheduler.run_forever()
-    emit("stopped", requests=kube.request_count, writes=kube.write_count)
+    emit("stopped", requests=kube.request_count, writes=kube.write_count, **_counters())
     return 0
+
+
+def _counters() -> dict[str, dict[str, float]]:
+    """Skips by reason and API writes by verb and resource, from this process's metrics."""
+    skips: dict[str, float] = {}
+    writes: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name == "leasecron_skips_total":
+                reason = sample.labels["reason"]
+                skips[reason] = skips.get(reason, 0) + sample.value
+            elif sample.name == "leasecron_api_requests_total":
+                verb, resource = sample.labels["verb"], sample.labels["resource"]
+                if verb in ("create", "update", "patch", "delete"):
+                    key = f"{verb} {resource}"
+                    writes[key] = writes.get(key, 0) + sample.value
+    return {"skips": skips, "writes_by": writes}
 
 
 if __name__ == "__main__":
