@@ -39,12 +39,13 @@ if TYPE_CHECKING:
     from leasecron.models.configs import ConfigError, ElectionConfig, LockConfig
     from leasecron.models.identity import make_identity
     from leasecron.models.specs import Bucket
-    from leasecron.runtime import JobContext, Scheduler, Tuning
+    from leasecron.runtime import JobContext, RunResult, Scheduler, Tuning
 
 _EXPORTS = {
     "Bucket": "leasecron.models.specs",
     "JobContext": "leasecron.runtime",
     "LostLockError": "leasecron.coordination",
+    "RunResult": "leasecron.runtime",
     "Scheduler": "leasecron.runtime",
     "Tuning": "leasecron.runtime",
     # Coordination primitives, for code that needs a lock or an election of its own.
@@ -74,6 +75,7 @@ __all__ = [
     "KeepAlive",
     "LockConfig",
     "LostLockError",
+    "RunResult",
     "Scheduler",
     "SyncElector",
     "SyncTickLock",

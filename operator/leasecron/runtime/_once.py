@@ -13,7 +13,6 @@ on every replica, marked `Unguarded`. What it does not promise: exactly-once (DE
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any
 
 from leasecron._logs import get_logger
@@ -40,17 +39,6 @@ UNGUARDED_RECORD_TIMEOUT = 2.0
 """Seconds an unguarded run waits for its best-effort JobRun create."""
 
 
-class _Lock(TickLock):
-    """A TickLock that remembers why its last claim was skipped (to tell a store that
-    cannot be reached from a tick someone else has)."""
-
-    last_skip = ""
-
-    def _skip(self, reason: str, tick: datetime, **details: Any) -> None:
-        self.last_skip = reason
-        super()._skip(reason, tick, **details)
-
-
 def owner_reference(job: ScheduledJob) -> dict[str, Any] | None:
     """The ownerReference that makes a Lease or JobRun part of the job (None without uid)."""
     if not job.uid:
@@ -75,16 +63,16 @@ class LockDispatch:
 
     def __init__(self, services: Services) -> None:
         self._services = services
-        self._lock: _Lock | None = None
+        self._lock: TickLock | None = None
         self._lock_key: tuple[Any, ...] = ()
         self._unreleased: Grant | None = None
 
-    def lock_for(self, job: ScheduledJob) -> _Lock:
+    def lock_for(self, job: ScheduledJob) -> TickLock:
         config = lock_config(job)
         key = (job.uid, config)
         if self._lock is None or key != self._lock_key:
             services = self._services
-            self._lock = _Lock(
+            self._lock = TickLock(
                 services.kube,
                 services.lease_cache,
                 namespace=services.namespace,
