@@ -27,6 +27,7 @@ from leasecron.models.names import format_tick
 from leasecron.operator import _conditions as c
 from leasecron.operator._facts import EVERY_REPLICA, SINGLE_OWNER, Invalid, JobFacts
 from leasecron.operator._observed import MISSED, SUCCEEDED, RunView, Snapshot
+from leasecron.operator._ticks import TickWindow
 
 STATUS_KEYS = (
     "observedGeneration",
@@ -102,9 +103,9 @@ def last_run(runs: Sequence[RunView]) -> dict[str, Any] | None:
     return {key: value for key, value in raw.items() if value is not None}
 
 
-def last_schedule_time(facts: JobFacts, snapshot: Snapshot) -> str | None:
+def last_schedule_time(facts: JobFacts, snapshot: Snapshot, ticks: TickWindow | None) -> str | None:
     if facts.bucket == EVERY_REPLICA:
-        tick = facts.schedule.latest_at_or_before(snapshot.now) if facts.schedule else None
+        tick = ticks.latest if ticks is not None else None
         return format_tick(tick) if tick else None
     started = [run for run in snapshot.runs if run.outcome != MISSED]
     if facts.bucket == SINGLE_OWNER:
@@ -131,8 +132,10 @@ def desired_status(
     previous: Mapping[str, Any],
     on_schedule: c.Condition,
     missed_runs: int,
+    ticks: TickWindow | None,
 ) -> dict[str, Any]:
-    """The whole status of a valid job (None values: fields to remove)."""
+    """The whole status of a valid job (None values: fields to remove). `ticks` is the
+    window around now (`Memory.current`), None for jobs without a schedule."""
     ready, replicas = coverage(facts, snapshot)
     conditions = c.merge_conditions(
         c.conditions_by_type(previous.get("conditions")),
@@ -140,12 +143,12 @@ def desired_status(
         now=snapshot.now,
     )
     upcoming = None
-    if facts.schedule is not None and not facts.suspend:
-        upcoming = format_tick(facts.schedule.next_after(snapshot.now))
+    if ticks is not None and not facts.suspend:
+        upcoming = format_tick(ticks.following)
     return {
         "observedGeneration": facts.ref.generation,
         "conditions": [condition.to_dict() for condition in conditions],
-        "lastScheduleTime": last_schedule_time(facts, snapshot),
+        "lastScheduleTime": last_schedule_time(facts, snapshot, ticks),
         "nextScheduleTime": upcoming,
         "lastSuccessfulTime": _last_successful(snapshot.runs, previous.get("lastSuccessfulTime")),
         "holder": snapshot.grant_holder(fallback_s=facts.grant_fallback_s),

@@ -29,7 +29,8 @@ from leasecron.models.durations import format_duration
 from leasecron.models.names import format_tick, jobrun_name
 from leasecron.operator import _conditions as c
 from leasecron.operator._facts import EVERY_REPLICA, SINGLE_OWNER, JobFacts
-from leasecron.operator._observed import MISSED, Snapshot
+from leasecron.operator._observed import MISSED, RunView, Snapshot
+from leasecron.operator._ticks import TickWindow, advance, ticks_after
 
 JUDGE_GRACE = timedelta(seconds=1)
 WINDOW_LIMIT = 10
@@ -48,6 +49,10 @@ class Memory:
     unheld_since: float | None = None
     generation: int = 0
     suspend: bool = False
+    current: TickWindow | None = None
+    """Ticks around now: `following` is the next tick."""
+    judged: TickWindow | None = None
+    """Ticks around now - startingDeadline - grace: `latest` is the due tick."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +100,16 @@ def _followed(memory: Memory, facts: JobFacts, now: datetime) -> Memory:
     resumed = memory.suspend and not facts.suspend
     if changed or resumed:
         memory = replace(memory, since=max(memory.since, now), checked_through=None)
-    return replace(memory, generation=facts.ref.generation, suspend=facts.suspend)
+    memory = replace(memory, generation=facts.ref.generation, suspend=facts.suspend)
+    if facts.schedule is not None:
+        # Only every-replica jobs show the latest tick of the schedule (lastScheduleTime); the
+        # others need just the next one, so their window starts where it was first computed.
+        anchor = memory.since
+        if facts.bucket != EVERY_REPLICA:
+            anchor = memory.current.since if memory.current is not None else now
+        current = advance(facts.schedule, now, since=anchor, previous=memory.current)
+        memory = replace(memory, current=current)
+    return memory
 
 
 def _condition(facts: JobFacts, status: str, reason: str, message: str) -> c.Condition:
@@ -180,10 +194,16 @@ def _expect_owner(
     )
 
 
-def _claimed(facts: JobFacts, snapshot: Snapshot, tick: datetime, *, missed_ok: bool) -> bool:
+def _claimed(
+    facts: JobFacts,
+    snapshot: Snapshot,
+    runs: dict[str, RunView],
+    tick: datetime,
+    *,
+    missed_ok: bool,
+) -> bool:
     """True when tick has a JobRun (a `Missed` one only counts when `missed_ok`) or the job
     Lease's high-water mark reached it."""
-    runs = {run.name: run for run in snapshot.runs}
     run = runs.get(jobrun_name(facts.ref.name, tick))
     if run is not None and (missed_ok or run.outcome != MISSED):
         return True
@@ -191,16 +211,13 @@ def _claimed(facts: JobFacts, snapshot: Snapshot, tick: datetime, *, missed_ok: 
     return lease is not None and lease.record.tick is not None and lease.record.tick >= tick
 
 
-def due_tick(facts: JobFacts, now: datetime) -> datetime | None:
-    """The latest tick whose starting deadline (plus the judging grace) has passed."""
-    if facts.schedule is None:
-        return None
-    return facts.schedule.latest_at_or_before(now - facts.starting_deadline - JUDGE_GRACE)
-
-
 def _expect_ticks(facts: JobFacts, snapshot: Snapshot, memory: Memory) -> Expectation:
-    due = due_tick(facts, snapshot.now)
-    if due is None or due < memory.since or facts.schedule is None:
+    assert facts.schedule is not None
+    judged_at = snapshot.now - facts.starting_deadline - JUDGE_GRACE
+    judged = advance(facts.schedule, judged_at, since=memory.since, previous=memory.judged)
+    memory = replace(memory, judged=judged)
+    due = judged.latest
+    if due is None:
         message = "No tick has been due since the job was created, changed or resumed."
         return Expectation(
             condition=_condition(facts, c.TRUE, c.REASON_NO_TICK_DUE, message),
@@ -212,17 +229,16 @@ def _expect_ticks(facts: JobFacts, snapshot: Snapshot, memory: Memory) -> Expect
     if memory.checked_through is None:
         window = [due]
     else:
-        window = facts.schedule.ticks_between(
-            memory.checked_through, due, limit=WINDOW_LIMIT, newest=True
-        )
+        window = ticks_after(facts.schedule, memory.checked_through, due, limit=WINDOW_LIMIT)
+    runs = {run.name: run for run in snapshot.runs}
     new_missed = tuple(
         tick
         for tick in window
-        if tick >= memory.since and not _claimed(facts, snapshot, tick, missed_ok=True)
+        if tick >= memory.since and not _claimed(facts, snapshot, runs, tick, missed_ok=True)
     )
     memory = replace(memory, checked_through=due)
     deadline = format_duration(facts.starting_deadline)
-    if _claimed(facts, snapshot, due, missed_ok=False):
+    if _claimed(facts, snapshot, runs, due, missed_ok=False):
         message = f"Tick {format_tick(due)} started within startingDeadline {deadline}."
         condition = _condition(facts, c.TRUE, c.REASON_ON_SCHEDULE, message)
     else:

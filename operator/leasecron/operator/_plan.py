@@ -43,11 +43,10 @@ def recheck_at(facts: JobFacts, snapshot: Snapshot, memory: Memory) -> float:
     """The earliest local monotonic time at which time alone can change the job's status."""
     now_mono = snapshot.now_mono
     moments = [now_mono + MAX_RECHECK_S]
-    if facts.schedule is not None and not facts.suspend:
-        upcoming = facts.schedule.next_after(snapshot.now)
-        moments.append(_mono(snapshot, upcoming))
-        judged_from = snapshot.now - facts.starting_deadline - JUDGE_GRACE
-        next_due = facts.schedule.next_after(judged_from)
+    if not facts.suspend and memory.current is not None:
+        moments.append(_mono(snapshot, memory.current.following))
+    if not facts.suspend and memory.judged is not None:
+        next_due = memory.judged.following
         moments.append(_mono(snapshot, next_due + facts.starting_deadline + JUDGE_GRACE))
     grant = snapshot.grant
     if grant is not None and grant_live(

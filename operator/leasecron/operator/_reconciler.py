@@ -4,11 +4,11 @@ changed.
 
 A job is reconciled when something it depends on changed (its object, its Lease, its JobRuns,
 its group's members: `World` reports these) or when time alone can change it (`recheck_at`).
-The loop wakes on those events, and at least every `interval` seconds; a pass over jobs with
-nothing to do costs nothing. Jobs of one pass are reconciled concurrently (bounded).
+Jobs go through a deduplicating work queue served by a bounded number of workers, so a burst
+of work on many jobs never holds up the others, and a job with nothing to do costs nothing.
 
-Writes go through the fenced `Writer`; a `Fenced` write ends the pass. API errors are logged
-and the job is retried on the next pass. What it does not promise: that a missed-run count is
+Writes go through the fenced `Writer`; a `Fenced` write ends the loop. API errors are logged
+and the job is retried a second later. What it does not promise: that a missed-run count is
 exact across a crash between recording a Missed JobRun and writing the status (it may then
 count that tick one time less).
 """
@@ -16,7 +16,6 @@ count that tick one time less).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -42,7 +41,13 @@ RETRY_S = 1.0
 
 
 class Reconciler:
-    """Keeps the status of every cached ScheduledJob, while this process is the leader."""
+    """Keeps the status of every cached ScheduledJob, while this process is the leader.
+
+    A work queue as controllers have it: a job marked dirty is queued once; `concurrency`
+    workers take jobs from the queue, one job is never reconciled twice at the same time
+    (a job marked while it is reconciled is queued again afterwards), and a timer queues the
+    jobs whose `recheck_at` has come.
+    """
 
     def __init__(
         self,
@@ -58,22 +63,28 @@ class Reconciler:
         self._clock = clock
         self._identity = identity
         self._interval = interval
-        self._slots = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
         self.writer = Writer(kube, may_write=may_write)
         self.world = World(kube, namespaces=namespaces, clock=clock, on_dirty=self.mark)
-        self._dirty: set[Key] = set()
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._active: set[Key] = set()
+        self._again: set[Key] = set()
         self._due: dict[Key, float] = {}
         self._memory: dict[str, Memory] = {}
         self._unwritten_missed: dict[str, int] = defaultdict(int)
-        self._wake = asyncio.Event()
-        self.passes = 0
+        self._statuses_changed = True
+        self.reconciled = 0
 
     # --- inputs -----------------------------------------------------------------------
 
     def mark(self, key: Key) -> None:
-        """Reconcile `key` on the next pass, and start that pass now."""
-        self._dirty.add(key)
-        self._wake.set()
+        """Queue `key` for reconciling (once, however often it is marked)."""
+        if key in self._active:
+            self._again.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
 
     def job_event(self, kind: str | None, obj: Mapping[str, Any]) -> None:
         """A ScheduledJob watch event (from kopf): ADDED/MODIFIED/None update, DELETED drop."""
@@ -82,53 +93,61 @@ class Reconciler:
         if kind == "DELETED":
             self.world.remove_job(key)
             self._due.pop(key, None)
-            self._dirty.discard(key)
+            self._memory.pop(str(metadata.get("uid") or ""), None)
+            self._statuses_changed = True
             return
         self.world.upsert_job(obj)
 
     # --- the loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Reconcile forever (until cancelled)."""
+        """Reconcile forever (until cancelled, or a write is fenced)."""
+        workers = [self._work() for _ in range(self._concurrency)]
+        await asyncio.gather(self._timer(), *workers)
+
+    async def _timer(self) -> None:
+        """Queue due jobs; refresh the per-condition job counts."""
         while True:
-            await self._wait()
-            await self.reconcile_pass()
+            now = self._clock.monotonic()
+            for key in [key for key, at in self._due.items() if at <= now]:
+                del self._due[key]
+                self.mark(key)
+            if self._statuses_changed:
+                self._statuses_changed = False
+                _metrics.record_conditions(
+                    obj.get("status") or {} for obj in self.world.jobs.values()
+                )
+            upcoming = min(self._due.values(), default=now + self._interval)
+            await asyncio.sleep(min(max(upcoming - now, 0.01), self._interval))
 
-    async def _wait(self) -> None:
-        if self._dirty:
-            return
-        now = self._clock.monotonic()
-        upcoming = min(self._due.values(), default=now + self._interval)
-        timeout = min(max(upcoming - now, 0.0), self._interval)
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-
-    async def reconcile_pass(self) -> None:
-        """Reconcile every job that is dirty or due, concurrently; then update JOBS."""
-        now = self._clock.monotonic()
-        keys = self._dirty | {key for key, at in self._due.items() if at <= now}
-        self._dirty = set()
-        keys &= set(self.world.jobs)
-        if keys:
-            with _metrics.RECONCILE_DURATION.time():
-                await asyncio.gather(*(self._guarded(key) for key in sorted(keys)))
-            statuses = (obj.get("status") or {} for obj in self.world.jobs.values())
-            _metrics.record_conditions(statuses)
-        self.passes += 1
+    async def _work(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            try:
+                await self._guarded(key)
+            finally:
+                self._active.discard(key)
+                if key in self._again:
+                    self._again.discard(key)
+                    self.mark(key)
 
     async def _guarded(self, key: Key) -> None:
-        async with self._slots:
-            try:
-                await self.reconcile(key)
-            except Fenced:
-                raise
-            except KubeError as e:
-                _log.warning("reconcile failed", namespace=key[0], job=key[1], error=repr(e))
-                self._due[key] = self._clock.monotonic() + RETRY_S
-            except Exception:
-                _log.exception("reconcile crashed", namespace=key[0], job=key[1])
-                self._due[key] = self._clock.monotonic() + RETRY_S
+        started = self._clock.monotonic()
+        try:
+            await self.reconcile(key)
+        except Fenced:
+            raise
+        except KubeError as e:
+            _log.warning("reconcile failed", namespace=key[0], job=key[1], error=repr(e))
+            self._due[key] = self._clock.monotonic() + RETRY_S
+        except Exception:
+            _log.exception("reconcile crashed", namespace=key[0], job=key[1])
+            self._due[key] = self._clock.monotonic() + RETRY_S
+        finally:
+            self.reconciled += 1
+            _metrics.RECONCILE_DURATION.observe(self._clock.monotonic() - started)
 
     # --- one job ----------------------------------------------------------------------
 
@@ -165,6 +184,7 @@ class Reconciler:
             previous=previous,
             on_schedule=plan.expectation.condition,
             missed_runs=missed_runs,
+            ticks=plan.expectation.memory.current,
         )
         await self._write_status(key, previous, desired)
         self._unwritten_missed.pop(uid, None)
@@ -184,6 +204,7 @@ class Reconciler:
         namespace, name = key
         _log.debug("patching status", namespace=namespace, job=name, fields=sorted(patch))
         updated = await self.writer.patch_status(namespace=namespace, name=name, status=patch)
+        self._statuses_changed = True
         if updated:
             self.world.upsert_job(updated, quiet=True)
 
@@ -215,7 +236,7 @@ class Reconciler:
             await self.writer.create_lease(
                 namespace=facts.ref.namespace, body=_bodies.job_lease(facts)
             )
-            _log.info(
+            _log.debug(
                 "created job lease",
                 namespace=facts.ref.namespace,
                 job=facts.ref.name,

@@ -12,6 +12,7 @@ from leasecron.models.leases import LeaseRecord
 from leasecron.models.names import jobrun_name, member_lease_name
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import Member, RunView, Snapshot
+from leasecron.operator._ticks import TickWindow, advance
 
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = START - timedelta(hours=1)
@@ -120,6 +121,13 @@ def run(
         created=stamp,
         resource_version="1",
     )
+
+
+def window(job: JobFacts, at: FakeClock) -> TickWindow | None:
+    """The tick window around `at`'s now, as the reconciler keeps it."""
+    if job.schedule is None:
+        return None
+    return advance(job.schedule, at.now(), since=job.ref.created, previous=None)
 
 
 def snapshot(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from operator_builders import START, clock, facts, invalid, lease, member, run, snapshot
+from operator_builders import START, clock, facts, invalid, lease, member, run, snapshot, window
 
 from leasecron.operator import _conditions as c
 from leasecron.operator._jobstatus import (
@@ -105,6 +105,7 @@ def test_status_mirrors_holder_last_run_and_schedule_times() -> None:
         previous={},
         on_schedule=on_time(),
         missed_runs=2,
+        ticks=window(facts(), at),
     )
     assert status["holder"] == "replica-a"
     assert status["lastRun"] == {
@@ -130,6 +131,7 @@ def test_the_holder_is_empty_once_the_grant_expired_by_the_operators_clock() -> 
         previous={},
         on_schedule=on_time(),
         missed_runs=0,
+        ticks=window(facts(), at),
     )
     assert status["holder"] == ""
 
@@ -142,6 +144,7 @@ def test_a_suspended_job_has_no_next_schedule_time() -> None:
         previous={},
         on_schedule=on_time(),
         missed_runs=0,
+        ticks=window(facts(), at),
     )
     assert status["nextScheduleTime"] is None
 
@@ -154,6 +157,7 @@ def test_last_successful_time_never_moves_back_when_history_is_pruned() -> None:
         previous={"lastSuccessfulTime": "2026-03-01T11:00:00Z"},
         on_schedule=on_time(),
         missed_runs=0,
+        ticks=window(facts(), at),
     )
     assert status["lastSuccessfulTime"] == "2026-03-01T11:00:00Z"
 
@@ -162,12 +166,22 @@ def test_an_unchanged_status_needs_no_patch_and_keeps_transition_times() -> None
     at = clock()
     view = snapshot(at, members=(member("replica-a", expires_at=at.monotonic() + 60),))
     first = desired_status(
-        facts=facts(), snapshot=view, previous={}, on_schedule=on_time(), missed_runs=0
+        facts=facts(),
+        snapshot=view,
+        previous={},
+        on_schedule=on_time(),
+        missed_runs=0,
+        ticks=window(facts(), at),
     )
     at.advance(0.5)  # same tick window: nothing about the job changed
     later = snapshot(at, members=view.members)
     second = desired_status(
-        facts=facts(), snapshot=later, previous=first, on_schedule=on_time(), missed_runs=0
+        facts=facts(),
+        snapshot=later,
+        previous=first,
+        on_schedule=on_time(),
+        missed_runs=0,
+        ticks=window(facts(), at),
     )
     assert status_patch(first, second) is None
 
@@ -178,19 +192,34 @@ def test_last_transition_time_moves_only_when_the_status_changes() -> None:
         type=c.ON_SCHEDULE, status=c.FALSE, reason=c.REASON_MISSED_RUN, message="a"
     )
     first = desired_status(
-        facts=facts(), snapshot=snapshot(at), previous={}, on_schedule=missed, missed_runs=1
+        facts=facts(),
+        snapshot=snapshot(at),
+        previous={},
+        on_schedule=missed,
+        missed_runs=1,
+        ticks=window(facts(), at),
     )
     at.advance(60)
     reworded = c.Condition(
         type=c.ON_SCHEDULE, status=c.FALSE, reason=c.REASON_MISSED_RUN, message="b"
     )
     second = desired_status(
-        facts=facts(), snapshot=snapshot(at), previous=first, on_schedule=reworded, missed_runs=2
+        facts=facts(),
+        snapshot=snapshot(at),
+        previous=first,
+        on_schedule=reworded,
+        missed_runs=2,
+        ticks=window(facts(), at),
     )
     assert conditions(second)[c.ON_SCHEDULE].last_transition_time == "2026-03-01T12:00:00Z"
     at.advance(60)
     third = desired_status(
-        facts=facts(), snapshot=snapshot(at), previous=second, on_schedule=on_time(), missed_runs=2
+        facts=facts(),
+        snapshot=snapshot(at),
+        previous=second,
+        on_schedule=on_time(),
+        missed_runs=2,
+        ticks=window(facts(), at),
     )
     assert conditions(third)[c.ON_SCHEDULE].last_transition_time == "2026-03-01T12:02:00Z"
     assert conditions(third)[c.VALID].last_transition_time == "2026-03-01T12:00:00Z"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from operator_builders import START, clock, facts, lease, member, snapshot
 
 from leasecron.operator._missed import initial_memory
-from leasecron.operator._plan import MAX_RECHECK_S, plan_job, recheck_at
+from leasecron.operator._plan import MAX_RECHECK_S, plan_job
 
 
 def memory_for(job):  # type: ignore[no-untyped-def]
@@ -35,17 +35,22 @@ def test_every_replica_and_leader_coordinated_jobs_have_no_lease_of_their_own() 
 def test_a_daily_job_is_looked_at_again_at_its_next_tick_not_every_second() -> None:
     at = clock()
     job = facts(schedule="0 13 * * *")  # next tick in one hour
-    assert recheck_at(job, snapshot(at), memory_for(job)) == at.monotonic() + MAX_RECHECK_S
+    assert (
+        plan_job(job, snapshot(at), memory_for(job), previous={}).recheck_at
+        == at.monotonic() + MAX_RECHECK_S
+    )
 
 
 def test_a_frequent_job_is_looked_at_again_at_its_next_tick() -> None:
     at = clock()
     job = facts(schedule="@every 2s")
-    assert recheck_at(job, snapshot(at), memory_for(job)) == at.monotonic() + 2
+    assert (
+        plan_job(job, snapshot(at), memory_for(job), previous={}).recheck_at == at.monotonic() + 2
+    )
 
 
 def test_an_expiring_member_lease_brings_the_recheck_forward() -> None:
     at = clock()
     job = facts(schedule="0 13 * * *")
     view = snapshot(at, members=(member("replica-a", expires_at=at.monotonic() + 7),))
-    assert recheck_at(job, view, memory_for(job)) == at.monotonic() + 7
+    assert plan_job(job, view, memory_for(job), previous={}).recheck_at == at.monotonic() + 7
