@@ -1,11 +1,122 @@
-"""`leasecron bench`: placeholder until its owner lands it."""
+"""`leasecron bench handover|failover|ticks|operator`: the figures of DESIGN.md section 8.
+
+Thin click wiring over `leasecron.bench`; each command runs against the cluster of
+$KUBECONFIG, or starts a throwaway local control plane when it is unset. Progress goes to
+stderr, a table to stdout, and with --json the figures as the last line of stdout.
+"""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import click
 
+from leasecron.bench import run_elections, run_ticks
+from leasecron.bench._drivers import DRIVERS
+from leasecron.bench._processes import BenchError
 
-@click.command("bench")
+_json = click.option("--json", "json_output", is_flag=True, help="Print the figures as JSON last.")
+_through = click.option(
+    "--through",
+    type=click.Choice(sorted(DRIVERS)),
+    default="coordination",
+    show_default=True,
+    help="The code the replicas go through.",
+)
+
+
+def _run(function: Any, **kwargs: Any) -> None:
+    try:
+        function(**kwargs)
+    except (BenchError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+
+
+@click.group("bench")
 def bench() -> None:
-    """Not available in this build."""
-    raise click.ClickException("leasecron bench is not available in this build")
+    """Measure leasecron against a real API server (replicas are separate processes)."""
+
+
+def _election_command(kind: str, summary: str) -> click.Command:
+    @click.option("--rounds", default=5, show_default=True, help="Leaders to end, one by one.")
+    @click.option("--replicas", default=3, show_default=True, help="Replica processes.")
+    @click.option(
+        "--lease-duration", default=2.0, show_default=True, help="leaseDuration in seconds."
+    )
+    @_through
+    @_json
+    def command(
+        rounds: int, replicas: int, lease_duration: float, through: str, json_output: bool
+    ) -> None:
+        _run(
+            run_elections,
+            kind=kind,
+            rounds=rounds,
+            replicas=replicas,
+            lease_duration=lease_duration,
+            through=through,
+            json_output=json_output,
+        )
+
+    command.__doc__ = summary
+    return click.command(kind)(command)
+
+
+bench.add_command(
+    _election_command(
+        "handover", "SIGTERM the leader of an Elector; time until a standby starts leading."
+    )
+)
+bench.add_command(
+    _election_command(
+        "failover", "SIGKILL the leader of an Elector; time until a standby starts leading."
+    )
+)
+
+
+@bench.command("ticks")
+@click.option("--replicas", default=5, show_default=True, help="Replica processes.")
+@click.option("--jobs", default=1, show_default=True, help="once-per-tick jobs.")
+@click.option("--ticks", default=60, show_default=True, help="Ticks, one second apart.")
+@click.option("--run-ms", default=200.0, show_default=True, help="How long each run lasts.")
+@click.option(
+    "--claim-step", default=0.1, show_default=True, help="Claim stagger per rendezvous rank (s)."
+)
+@_through
+@_json
+def ticks(
+    replicas: int,
+    jobs: int,
+    ticks: int,
+    run_ms: float,
+    claim_step: float,
+    through: str,
+    json_output: bool,
+) -> None:
+    """Replicas contend for every job's ticks through the once-per-tick lock."""
+    _run(
+        run_ticks,
+        replicas=replicas,
+        jobs=jobs,
+        ticks=ticks,
+        run_ms=run_ms,
+        claim_step=claim_step,
+        through=through,
+        json_output=json_output,
+    )
+
+
+@bench.command("operator")
+@click.option("--jobs", default=1000, show_default=True, help="ScheduledJobs to apply.")
+@_json
+def operator_bench(jobs: int, json_output: bool) -> None:
+    """Time from applying N ScheduledJobs (and from operator cold start) to all Ready."""
+    from leasecron.bench._operator import run_operator_bench
+
+    _run(
+        run_operator_bench,
+        jobs=jobs,
+        kubeconfig=os.environ.get("KUBECONFIG"),
+        json_output=json_output,
+    )

@@ -1,0 +1,69 @@
+"""The drivers a benchmark replica can go through, and the stdin/stdout of a replica.
+
+A driver is a module with `async def elect(args, io)` and/or `async def ticks(args, io)`
+(args: the replica's argparse namespace, io: a `ReplicaIO`), listed in `DRIVERS` under the
+name `--through` selects. `coordination` drives TickLock and Elector directly; a driver that
+goes through the in-pod runtime is added here by name. The message protocol is described in
+`_replica`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+DRIVERS: dict[str, str] = {"coordination": "leasecron.bench._through_coordination"}
+MODES = ("elect", "ticks")
+
+
+class ReplicaIO:
+    """stdout events and stdin commands of one replica, for the drivers."""
+
+    def __init__(self) -> None:
+        self._commands: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.stdin_closed = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._read_stdin, args=(loop,), daemon=True).start()
+
+    def _read_stdin(self, loop: asyncio.AbstractEventLoop) -> None:
+        for raw in sys.stdin.buffer:
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                loop.call_soon_threadsafe(self._commands.put_nowait, data)
+        loop.call_soon_threadsafe(self._closed)
+
+    def _closed(self) -> None:
+        self.stdin_closed.set()
+        self._commands.put_nowait(None)
+
+    def emit(self, **fields: Any) -> None:
+        """One event line on stdout."""
+        sys.stdout.write(json.dumps(fields) + "\n")
+        sys.stdout.flush()
+
+    async def next_command(self) -> dict[str, Any] | None:
+        """The next command from the parent; None once stdin is closed."""
+        return await self._commands.get()
+
+
+Driver = Callable[[argparse.Namespace, ReplicaIO], Awaitable[None]]
+
+
+def load_driver(mode: str, through: str) -> Driver:
+    """The `mode` coroutine function of the driver module registered as `through`."""
+    if through not in DRIVERS:
+        raise SystemExit(f"unknown driver {through!r}; known: {', '.join(sorted(DRIVERS))}")
+    module = importlib.import_module(DRIVERS[through])
+    driver = getattr(module, mode, None)
+    if driver is None:
+        raise SystemExit(f"driver {through!r} has no {mode!r} mode")
+    return driver  # type: ignore[no-any-return]

@@ -1,0 +1,55 @@
+"""One benchmark replica process: `python -m leasecron.bench._replica MODE --through DRIVER ...`
+
+MODE is `elect` (contend for one leader Lease; SIGTERM stops with release) or `ticks` (contend
+for the ticks of `--jobs` jobs through their once-per-tick locks). DRIVER names the code under
+test, so the same benchmark can go through different layers (see `_drivers.DRIVERS`).
+
+The protocol with the parent (`_processes.ReplicaGroup`), one JSON object per line:
+- replica -> parent (stdout): {"event": "ready"} once connected and synced; elect:
+  {"event": "started"|"stopped", "token", "t"} and {"event": "exit", ...}; ticks:
+  {"event": "grant", "job", "tick", "token", "t", "lag"} and {"event": "done", counts...}.
+  Every "t" is this process's wall time (time.time()).
+- parent -> replica (stdin): ticks: {"epoch": <wall time of tick 0>}. Closing stdin asks the
+  replica to finish and exit.
+Logs go to stderr. Uses $KUBECONFIG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from leasecron._logs import configure
+from leasecron.bench._drivers import MODES, ReplicaIO, load_driver
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m leasecron.bench._replica")
+    p.add_argument("mode", choices=MODES)
+    p.add_argument("--through", default="coordination")
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--identity", required=True)
+    p.add_argument("--members", default="", help="comma-separated identities of all replicas")
+    p.add_argument("--lease-duration", type=float, default=2.0, help="elect: seconds")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--ticks", type=int, default=10)
+    p.add_argument("--period", type=float, default=1.0, help="ticks: seconds between ticks")
+    p.add_argument("--run-ms", type=float, default=200.0, help="ticks: handler run time")
+    p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+async def _main(args: argparse.Namespace) -> None:
+    driver = load_driver(args.mode, args.through)
+    await driver(args, ReplicaIO())
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    configure(level=args.log_level)
+    asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()

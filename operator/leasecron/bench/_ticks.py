@@ -1,0 +1,146 @@
+"""`leasecron bench ticks`: N replica processes contend for the ticks of J once-per-tick jobs
+through their per-job Leases, T ticks one second apart.
+
+Figures: runs (grants), duplicates (ticks granted more than once), missed (never granted),
+start lag (grant time on the replica minus the tick instant), API writes per run (POST, PUT,
+PATCH, DELETE of all replicas during the ticks, from each replica's `Kube` counters, divided
+by runs) and standby requests per second (requests a replica sent for a Lease while it saw a
+live grant of another replica on it, per second of such grants seen).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from typing import Any
+
+from leasecron.bench._processes import Message
+from leasecron.bench._runs import BenchRun, bench_run, print_result
+from leasecron.bench._stats import (
+    account_ticks,
+    merge_counts,
+    percentile,
+    rounded,
+    show,
+    table,
+)
+
+PERIOD_S = 1.0
+
+
+def _argv(run: BenchRun, name: str, members: list[str], options: dict[str, Any]) -> list[str]:
+    argv = ["ticks", "--through", run.through, "--namespace", run.namespace, "--identity", name]
+    argv += ["--members", ",".join(members), "--period", str(PERIOD_S)]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def measure_ticks(
+    run: BenchRun, *, replicas: int, jobs: int, ticks: int, run_ms: float, claim_step: float
+) -> tuple[list[Message], list[Message]]:
+    """Run the replicas through all ticks; their grant messages and their done messages."""
+    if replicas < 1 or jobs < 1 or ticks < 1:
+        raise ValueError(f"replicas, jobs and ticks must be >= 1: {replicas}, {jobs}, {ticks}")
+    names = [f"replica-{i}" for i in range(replicas)]
+    options = {"jobs": jobs, "ticks": ticks, "run_ms": run_ms, "claim_step": claim_step}
+    for name in names:
+        run.group.spawn(name, _argv(run, name, names, options))
+    for name in names:
+        run.group.wait_for(
+            lambda m, n=name: m.replica == n and m.event == "ready",  # type: ignore[misc]
+            timeout=120.0,
+            what=f"{name} ready",
+        )
+    epoch = math.ceil(time.time()) + 2.0
+    for name in names:
+        run.group.replicas[name].send({"epoch": epoch})
+    run.progress(f"{replicas} replicas ready; {ticks} ticks of {jobs} jobs from epoch {epoch:.0f}")
+    done: dict[str, Message] = {}
+    budget = ticks * PERIOD_S + 60.0 + jobs * 0.05
+    while len(done) < replicas:
+        message = run.group.wait_for(
+            lambda m: m.event == "done", timeout=budget, what="replicas to finish their ticks"
+        )
+        done[message.replica] = message
+    grants = [m for m in run.group.history if m.event == "grant"]
+    return grants, list(done.values())
+
+
+def ticks_report(
+    grants: list[Message], done: list[Message], *, replicas: int, jobs: int, ticks: int
+) -> tuple[dict[str, Any], str]:
+    """The JSON figures and the human table of a ticks run."""
+    account = account_ticks(
+        ((int(m.data["job"]), int(m.data["tick"])) for m in grants), jobs=jobs, ticks=ticks
+    )
+    lags_ms = [float(m.data["lag"]) * 1000.0 for m in grants]
+    woke_ms = [float(m.data.get("woke", math.nan)) * 1000.0 for m in grants]
+    writes = sum(int(m.data["writes"]) for m in done)
+    standby_seconds = sum(float(m.data["standby_seconds"]) for m in done)
+    standby_requests = sum(int(m.data["standby_requests"]) for m in done)
+    per_replica = {m.replica: sum(1 for g in grants if g.replica == m.replica) for m in done}
+    figures: dict[str, Any] = {
+        "bench": "ticks",
+        "replicas": replicas,
+        "jobs": jobs,
+        "ticks": ticks,
+        "runs": account.runs,
+        "duplicates": account.duplicates,
+        "missed": account.missed,
+        "start_lag_p50_ms": rounded(percentile(lags_ms, 0.5), 1),
+        "start_lag_p99_ms": rounded(percentile(lags_ms, 0.99), 1),
+        "start_lag_max_ms": rounded(max(lags_ms, default=math.nan), 1),
+        "wake_lag_p50_ms": rounded(percentile(woke_ms, 0.5), 1),
+        "wake_lag_p99_ms": rounded(percentile(woke_ms, 0.99), 1),
+        "granted_at_rank": dict(
+            sorted(Counter(str(m.data.get("rank", "?")) for m in grants).items())
+        ),
+        "writes": writes,
+        "writes_per_run": rounded(writes / account.runs if account.runs else math.nan),
+        "requests": sum(int(m.data["requests"]) for m in done),
+        "standby_requests": standby_requests,
+        "standby_seconds": round(standby_seconds, 3),
+        "standby_requests_per_s": rounded(
+            standby_requests / standby_seconds if standby_seconds else math.nan
+        ),
+        "runs_per_replica": dict(sorted(per_replica.items())),
+        "skips": merge_counts(m.data.get("skips", {}) for m in done),
+    }
+    lag_target = "p99 <= 50 ms" if jobs == 1 else "p99 <= 1 s (1000 jobs)"
+    rows = [
+        ("runs", f"{account.runs} of {account.expected}", "jobs x ticks"),
+        ("duplicates", show(account.duplicates), "0"),
+        ("missed", show(account.missed), "0"),
+        ("start lag p50", show(figures["start_lag_p50_ms"], " ms"), "-"),
+        ("start lag p99", show(figures["start_lag_p99_ms"], " ms"), lag_target),
+        ("  of which wake-up p99", show(figures["wake_lag_p99_ms"], " ms"), "-"),
+        ("writes per run", show(figures["writes_per_run"]), "<= 5, independent of replicas"),
+        ("standby requests/s", show(figures["standby_requests_per_s"]), "0"),
+    ]
+    title = f"ticks: {replicas} replicas x {jobs} jobs x {ticks} ticks ({PERIOD_S:g}s apart)"
+    return figures, table(rows, title=title)
+
+
+def run_ticks(
+    *,
+    replicas: int,
+    jobs: int,
+    ticks: int,
+    run_ms: float = 200.0,
+    claim_step: float = 0.1,
+    through: str = "coordination",
+    json_output: bool = False,
+    kubeconfig: str | None = None,
+) -> dict[str, Any]:
+    """Run the ticks benchmark, print its table (and JSON), and return the figures."""
+    with bench_run(prefix="ticks", through=through, kubeconfig=kubeconfig) as run:
+        grants, done = measure_ticks(
+            run, replicas=replicas, jobs=jobs, ticks=ticks, run_ms=run_ms, claim_step=claim_step
+        )
+    figures, human = ticks_report(grants, done, replicas=replicas, jobs=jobs, ticks=ticks)
+    figures["run_ms"] = run_ms
+    figures["through"] = through
+    print_result(figures, human, json_output=json_output)
+    return figures
