@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import selectors
 import signal
 import socket
@@ -260,22 +261,43 @@ def test_a_second_cluster_runs_beside_the_session_one_sharing_nothing(
 # -- the command line ------------------------------------------------------------------------
 
 
-def test_cluster_run_gives_the_command_a_kubeconfig_and_the_cached_kubectl_and_its_exit_code() -> (
-    None
-):
-    script = "command -v kubectl >&2; kubectl get --raw /version; exit 7"
-
+def test_cluster_run_runs_kubectl_against_a_fresh_cluster_and_exits_with_its_code() -> None:
     completed = subprocess.run(
-        [str(LEASECRON), "cluster", "run", "--", "sh", "-c", script],
+        [str(LEASECRON), "cluster", "run", "--", "kubectl", "get", "--raw", "/version"],
         capture_output=True,
         text=True,
         timeout=180,
         check=False,
     )
 
-    assert completed.returncode == 7, completed.stderr
+    assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)["gitVersion"] == KUBERNETES_VERSION
-    assert str(find_assets().binary("kubectl")) in completed.stderr
+
+
+def test_cluster_run_with_crds_uses_the_cached_kubectl_and_keeps_the_files_of_a_failed_command(
+    tmp_path: Path,
+) -> None:
+    script = "command -v kubectl; kubectl get crd -o name; exit 7"
+
+    completed = subprocess.run(
+        [str(LEASECRON), "cluster", "run", "--crds", "--keep-on-failure", "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+
+    kubectl, *crds = completed.stdout.split()
+    kept = list(tmp_path.glob("leasecron-cp-*"))
+    assert completed.returncode == 7, completed.stderr
+    assert kubectl == str(find_assets().binary("kubectl"))
+    assert sorted(crds) == [
+        "customresourcedefinition.apiextensions.k8s.io/jobruns.leasecron.dev",
+        "customresourcedefinition.apiextensions.k8s.io/scheduledjobs.leasecron.dev",
+    ]
+    assert len(kept) == 1 and str(kept[0]) in completed.stderr
+    assert (kept[0] / "logs" / "kube-apiserver.log").is_file()
 
 
 def _read_line(process: subprocess.Popen[str], *, prefix: str, timeout: float) -> str:

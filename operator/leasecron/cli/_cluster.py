@@ -42,7 +42,7 @@ def _started(*, crds: bool, keep_workdir: bool = False) -> Iterator[ControlPlane
     """A started ControlPlane, its failures turned into a clean CLI error."""
     from leasecron.testing import ControlPlane, ControlPlaneError, apply_leasecron_crds
 
-    _logs.configure(json=False)
+    _logs.configure(json=not sys.stderr.isatty())  # people get colours, pipes get JSON
     plane = ControlPlane(keep_workdir=keep_workdir)
     try:
         plane.start()

@@ -169,7 +169,9 @@ class ControlPlane(ClusterAccess):
     def start(self) -> Self:
         """Start every component and return once each is ready; see the class docstring."""
         if self._workdir is not None:
-            raise ControlPlaneError("already started", component="controlplane")
+            raise ControlPlaneError(
+                "a ControlPlane starts once; create a new one", component="controlplane"
+            )
         self._check_assets()
         self._workdir = Path(tempfile.mkdtemp(prefix="leasecron-cp-", dir=self._base_dir))
         self._reaper_token = REAPER.register(self._remove_workdir_unless_kept)
@@ -219,7 +221,11 @@ class ControlPlane(ClusterAccess):
         if "kube-apiserver" in self._processes:
             raise ControlPlaneError("already running", component="kube-apiserver")
         self._spawn("kube-apiserver", self._argv["kube-apiserver"])
-        self._wait_apiserver(timeout=timeout)
+        try:
+            self._wait_apiserver(timeout=timeout)
+        except BaseException:
+            self.stop_apiserver()
+            raise
 
     def __enter__(self) -> Self:
         return self.start()
