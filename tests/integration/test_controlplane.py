@@ -346,6 +346,54 @@ def test_cluster_up_stops_every_component_when_interrupted(
     assert not workdir.exists()
 
 
+# -- finding the binaries ----------------------------------------------------------------------
+
+
+def _fake_binaries(directory: Path, *names: str) -> Path:
+    directory.mkdir(parents=True)
+    for name in names:
+        (directory / name).write_text("#!/bin/sh\n")
+        (directory / name).chmod(0o755)
+    return directory
+
+
+def test_envtest_assets_win_and_the_cache_fills_in_what_they_lack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    envtest = _fake_binaries(tmp_path / "envtest", "etcd", "kube-apiserver", "kubectl")
+    cache = tmp_path / "xdg" / "leasecron" / f"k8s-{KUBERNETES_VERSION}"
+    _fake_binaries(cache, "etcd", "kube-controller-manager", "helm")
+    monkeypatch.delenv("LEASECRON_ASSETS", raising=False)
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(envtest))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+    assets = find_assets()
+
+    assert {name: path.parent for name, path in assets.paths.items()} == {
+        "etcd": envtest,
+        "kube-apiserver": envtest,
+        "kube-controller-manager": cache,
+        "kubectl": envtest,
+        "helm": cache,
+    }
+    assert assets.path_dirs == [envtest, cache]
+
+
+def test_leasecron_assets_is_the_only_place_looked_at_when_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen = _fake_binaries(tmp_path / "chosen", "etcd")
+    monkeypatch.setenv("LEASECRON_ASSETS", str(chosen))
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(_fake_binaries(tmp_path / "envtest", "helm")))
+
+    assets = find_assets()
+
+    assert list(assets.paths) == ["etcd"]
+    with pytest.raises(ControlPlaneError, match="make controlplane") as missing:
+        assets.binary("kube-apiserver")
+    assert missing.value.component == "kube-apiserver"
+
+
 # -- failures name the component and leave nothing behind ------------------------------------
 
 
