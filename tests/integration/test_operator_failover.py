@@ -27,13 +27,14 @@ def missed_runs(api: ApiClient, namespace: str) -> int:
     return int((get_job(api, namespace, "ping").get("status") or {}).get("missedRuns") or 0)
 
 
-def standby(kubeconfig: Path, namespace: str, tmp_path: Path) -> OperatorSubprocess:
+def standby(kubeconfig: Path, namespace: str, tmp_path: Path, **timing: str) -> OperatorSubprocess:
     operator = OperatorSubprocess(
         kubeconfig=kubeconfig,
         log_path=tmp_path / "standby.log",
         namespaces=[namespace],
         election_namespace=namespace,
         identity="standby",
+        **timing,
     )
     operator.wait(operator.ready, timeout=30, what="ready")
     return operator
@@ -62,8 +63,9 @@ def test_killing_the_active_operator_hands_the_work_to_the_standby_which_wrote_n
     leasecron_crds: list[str],
     tmp_path: Path,
 ) -> None:
-    with running_operator(kubeconfig, namespace, tmp_path, name="active") as active:
-        second = standby(kubeconfig, namespace, tmp_path)
+    short = {"lease_duration": "3s", "renew_deadline": "2s", "retry_period": "500ms"}
+    with running_operator(kubeconfig, namespace, tmp_path, name="active", **short) as active:
+        second = standby(kubeconfig, namespace, tmp_path, **short)
         try:
             assert second.get("/readyz")[1].startswith("ok: standby")
             apply_job(kube_api, namespace, "ping", schedule="@every 1s", startingDeadline="1s")
@@ -83,7 +85,7 @@ def test_killing_the_active_operator_hands_the_work_to_the_standby_which_wrote_n
                 what="kept up by the new leader",
             )
             assert second.metric("leasecron_operator_writes_total") > 0
-            assert took_over < 2 + 3  # leaseDuration 2s, plus the standby's detection
+            assert took_over < 3 + 3  # leaseDuration 3s, plus the standby's detection
         finally:
             second.stop()
 

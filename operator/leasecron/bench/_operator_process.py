@@ -48,9 +48,9 @@ class OperatorSubprocess:
         identity: str | None = None,
         election_namespace: str = "default",
         election_lease: str = "leasecron-operator",
-        lease_duration: str = "2s",
-        renew_deadline: str = "1500ms",
-        retry_period: str = "500ms",
+        lease_duration: str = "10s",
+        renew_deadline: str = "8s",
+        retry_period: str = "1s",
         log_level: str = "info",
     ) -> None:
         self.health_port, self.metrics_port = _free_ports(2)

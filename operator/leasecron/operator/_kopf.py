@@ -33,8 +33,10 @@ def registry_for(on_job_event: JobEvent) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.event(GROUP, VERSION, SCHEDULEDJOB_PLURAL, registry=registry)
-    def scheduledjob_event(event: kopf.RawEvent, **_: Any) -> None:
-        """Every ScheduledJob event: cache it and validate it; the reconciler does the rest."""
+    async def scheduledjob_event(event: kopf.RawEvent, **_: Any) -> None:
+        """Every ScheduledJob event: cache it and validate it; the reconciler does the rest.
+        Async on purpose: kopf runs sync handlers in threads, and the caches belong to the
+        event loop."""
         on_job_event(event.get("type"), dict(event["object"]))
 
     @kopf.on.login(registry=registry)

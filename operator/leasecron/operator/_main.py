@@ -239,6 +239,7 @@ class OperatorProcess:
             asyncio.shield(loop_task),
         )
         self._fenced = True  # nothing is written from here on
+        ended = [task.get_name() for task in (kopf_task, loop_task) if task.done()]
         kopf_stop.set()
         loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
@@ -255,5 +256,14 @@ class OperatorProcess:
                 identity=config.identity,
             )
             return EXIT_LOST_LEADERSHIP
-        _log.error("kopf or the reconcile loop ended unexpectedly", identity=config.identity)
+        for task in (kopf_task, loop_task):
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None:
+                _log.error(
+                    "ended unexpectedly",
+                    task=task.get_name(),
+                    identity=config.identity,
+                    exc_info=failure,
+                )
+        _log.error("ended unexpectedly", tasks=ended, identity=config.identity)
         return EXIT_FAILED

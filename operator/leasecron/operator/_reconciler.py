@@ -114,9 +114,8 @@ class Reconciler:
                 self.mark(key)
             if self._statuses_changed:
                 self._statuses_changed = False
-                _metrics.record_conditions(
-                    obj.get("status") or {} for obj in self.world.jobs.values()
-                )
+                statuses = [obj.get("status") or {} for obj in self.world.jobs.values()]
+                _metrics.record_conditions(statuses)
             upcoming = min(self._due.values(), default=now + self._interval)
             await asyncio.sleep(min(max(upcoming - now, 0.01), self._interval))
 
