@@ -21,14 +21,11 @@ from typing import Any
 from leasecron.models.decisions import Observation, expires_at, grant_live
 from leasecron.models.leases import parse_lease, parse_micro_time
 from leasecron.models.names import ANNOTATION_HANDLERS, parse_tick
+from leasecron.models.specs import Outcome
 
-RUNNING = "Running"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-LOST_LOCK = "LostLock"
-ABANDONED = "Abandoned"
-MISSED = "Missed"
-UNGUARDED = "Unguarded"
+RUNNING = Outcome.RUNNING.value
+SUCCEEDED = Outcome.SUCCEEDED.value
+MISSED = Outcome.MISSED.value
 
 MEMBER_FALLBACK_S = 15.0
 """The duration assumed for a member Lease that does not state a usable one."""

@@ -187,6 +187,8 @@ class Reconciler:
         )
         await self._write_status(key, previous, desired)
         self._unwritten_missed.pop(uid, None)
+        if plan.create_lease:  # after the status, which is what people wait for
+            await self._create_lease(facts)
         next_memory = plan.expectation.memory
         if not complete:
             next_memory = replace(next_memory, checked_through=memory.checked_through)
@@ -208,9 +210,8 @@ class Reconciler:
             self.world.upsert_job(updated, quiet=True)
 
     async def _act(self, facts: JobFacts, plan: JobPlan) -> bool:
-        """Carry out the plan's writes; False when a missed tick could not be recorded."""
-        if plan.create_lease:
-            await self._create_lease(facts)
+        """Carry out the plan's writes (but the Lease: after the status); False when a missed
+        tick could not be recorded."""
         complete = await self._record_missed(facts, plan)
         if plan.expectation.gap_alarm:
             await self._alarm(facts, plan.expectation.condition.message)
