@@ -159,8 +159,10 @@ async def _phase_apply(
         patches = operator.metric("leasecron_operator_status_patches_total")
         started = time.monotonic()
         bodies = [_job(f"job-{i:05d}", namespace) for i in range(jobs)]
+        _progress(f"creating {jobs} ScheduledJobs with the operator running")
         await _create_all(kube, bodies, namespace=namespace)
         created = time.monotonic() - started
+        _progress(f"created in {created:.1f}s; waiting until all are Ready")
         await counter.wait(jobs, operator=operator, limit_s=limit_s)
         seconds = time.monotonic() - started
         spent = operator.metric("leasecron_operator_status_patches_total") - patches
@@ -173,7 +175,9 @@ async def _phase_cold(
     kube: Kube, kubeconfig: str, workdir: Path, namespace: str, jobs: int, limit_s: float
 ) -> tuple[_Phase, OperatorSubprocess]:
     bodies = [_job(f"job-{i:05d}", namespace) for i in range(jobs)]
+    _progress(f"creating {jobs} ScheduledJobs with no operator running")
     await _create_all(kube, bodies, namespace=namespace)
+    _progress("starting the operator; waiting until all are Ready")
     counter = _ReadyCounter(kube, namespace)
     await counter.informer.start()
     try:
@@ -214,6 +218,7 @@ async def _bench(kubeconfig: str, workdir: Path, jobs: int, limit_s: float) -> d
         try:
             operator.wait(operator.leading, timeout=60, what="leading")
             warm = await _phase_apply(kube, operator, warm_ns, jobs, limit_s)
+            _progress("measuring steady CPU and RSS for 20s")
             steady = await asyncio.to_thread(_steady, operator, seconds=20.0)
         finally:
             operator.stop()
@@ -278,10 +283,13 @@ def run_operator_bench(*, jobs: int, kubeconfig: str | None, json_output: bool) 
         print(f"operator logs kept in {workdir}", file=sys.stderr)
         raise
     shutil.rmtree(workdir, ignore_errors=True)
+    width = max(len(key) for key in result)
+    for key, value in result.items():
+        print(f"{key.ljust(width)}  {value}")
     if json_output:
         print(json.dumps(result))
-    else:
-        width = max(len(key) for key in result)
-        for key, value in result.items():
-            print(f"{key.ljust(width)}  {value}")
     return result
+
+
+def _progress(message: str) -> None:
+    print(f"[bench operator] {message}", file=sys.stderr, flush=True)

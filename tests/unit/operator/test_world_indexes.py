@@ -1,0 +1,104 @@
+"""The operator's caches: which jobs a changed Lease, member Lease or JobRun affects, and
+which versions of a ScheduledJob are kept. No API server: events are handed in directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes.client
+from operator_builders import START, clock, job_object
+
+from leasecron.kube.clients import Kube
+from leasecron.kube.watches import WatchEvent
+from leasecron.models.names import jobrun_name
+from leasecron.operator._world import Key, World
+
+
+def world() -> tuple[World, list[Key]]:
+    marked: list[Key] = []
+    kube = Kube(kubernetes.client.ApiClient(), max_workers=1)
+    return World(kube, namespaces=["billing"], clock=clock(), on_dirty=marked.append), marked
+
+
+def lease(name: str, **labels: str) -> dict[str, Any]:
+    annotations = {"leasecron.dev/handlers": '["nightly_report"]'}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "billing",
+            "labels": labels,
+            "annotations": annotations,
+            "resourceVersion": "5",
+        },
+        "spec": {"holderIdentity": "replica-a", "leaseDurationSeconds": 15},
+    }
+
+
+def event(kind: str, obj: dict[str, Any]) -> WatchEvent:
+    return WatchEvent(type=kind, obj=obj, observed_at=100.0)
+
+
+def test_a_member_lease_marks_every_job_of_its_group_and_counts_as_a_member() -> None:
+    cache, marked = world()
+    cache.upsert_job(job_object("a"))
+    cache.upsert_job(job_object("b"))
+    cache.upsert_job(job_object("other", group="elsewhere"))
+    marked.clear()
+    member = lease(
+        "leasecron-member-billing-api-replica-a",
+        **{"leasecron.dev/role": "member", "leasecron.dev/group": "billing-api"},
+    )
+    cache._lease_event(event("ADDED", member))
+    assert sorted(marked) == [("billing", "a"), ("billing", "b")]
+    facts = cache.facts(("billing", "a"))
+    view = cache.snapshot(facts, now=START, now_mono=101.0)  # type: ignore[arg-type]
+    assert [m.holder for m in view.live_members()] == ["replica-a"]
+
+
+def test_a_job_lease_marks_only_its_job() -> None:
+    cache, marked = world()
+    cache.upsert_job(job_object("a"))
+    cache.upsert_job(job_object("b"))
+    marked.clear()
+    cache._lease_event(
+        event(
+            "MODIFIED",
+            lease("leasecron-job-a", **{"leasecron.dev/role": "job", "leasecron.dev/job": "a"}),
+        )
+    )
+    assert marked == [("billing", "a")]
+
+
+def test_a_jobrun_is_indexed_under_its_job_and_marks_it() -> None:
+    cache, marked = world()
+    cache.upsert_job(job_object("a"))
+    marked.clear()
+    run = {
+        "metadata": {
+            "name": jobrun_name("a", START),
+            "namespace": "billing",
+            "labels": {"leasecron.dev/job": "a"},
+            "resourceVersion": "7",
+        },
+        "spec": {"job": "a", "tick": "2026-03-01T12:00:00Z", "holder": "replica-a"},
+        "status": {"outcome": "Running"},
+    }
+    cache._run_event(event("ADDED", run))
+    assert marked == [("billing", "a")]
+    facts = cache.facts(("billing", "a"))
+    view = cache.snapshot(facts, now=START, now_mono=101.0)  # type: ignore[arg-type]
+    assert [(r.tick, r.outcome) for r in view.runs] == [(START, "Running")]
+    cache._run_event(event("DELETED", run))
+    assert cache.snapshot(facts, now=START, now_mono=101.0).runs == ()  # type: ignore[arg-type]
+
+
+def test_an_older_version_of_a_job_never_replaces_a_newer_one() -> None:
+    cache, marked = world()
+    newer = job_object("a", status={"missedRuns": 2})
+    newer["metadata"]["resourceVersion"] = "20"
+    older = job_object("a")
+    older["metadata"]["resourceVersion"] = "19"
+    cache.upsert_job(newer, quiet=True)
+    cache.upsert_job(older)
+    assert cache.jobs[("billing", "a")]["status"] == {"missedRuns": 2}
+    assert marked == []
