@@ -14,7 +14,6 @@ import asyncio
 import importlib
 import json
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,26 +21,35 @@ DRIVERS: dict[str, str] = {"coordination": "leasecron.bench._through_coordinatio
 MODES = ("elect", "ticks")
 
 
+def bench_job(index: int) -> str:
+    """The name of the `index`th job of a ticks benchmark (its Lease: job_lease_name)."""
+    return f"bench-{index}"
+
+
 class ReplicaIO:
-    """stdout events and stdin commands of one replica, for the drivers."""
+    """stdout events and stdin commands of one replica, for the drivers. Build it inside the
+    running loop, then `await io.open()`."""
 
     def __init__(self) -> None:
         self._commands: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.stdin_closed = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read_stdin, args=(loop,), daemon=True).start()
+        self._reader: asyncio.Task[None] | None = None
 
-    def _read_stdin(self, loop: asyncio.AbstractEventLoop) -> None:
-        for raw in sys.stdin.buffer:
+    async def open(self) -> None:
+        """Start reading stdin (through the loop: no thread left blocked at exit)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        self._reader = asyncio.create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while raw := await reader.readline():
             try:
                 data = json.loads(raw)
             except ValueError:
                 continue
             if isinstance(data, dict):
-                loop.call_soon_threadsafe(self._commands.put_nowait, data)
-        loop.call_soon_threadsafe(self._closed)
-
-    def _closed(self) -> None:
+                self._commands.put_nowait(data)
         self.stdin_closed.set()
         self._commands.put_nowait(None)
 

@@ -28,6 +28,8 @@ from typing import IO, Any
 
 REPLICA_MODULE = "leasecron.bench._replica"
 EOF_EVENT = "eof"
+FINAL_EVENTS = frozenset({"done", "exit"})
+"""A replica that sent one of these has finished: its exit is expected."""
 
 
 class BenchError(RuntimeError):
@@ -156,32 +158,40 @@ class ReplicaGroup:
         self.replicas[name] = replica
         return replica
 
+    def poll(self, *, timeout: float) -> Message | None:
+        """The next message read within `timeout` seconds (also kept in `history` and for
+        `wait_for`), or None. BenchError when a replica ends that was not expected to."""
+        try:
+            message = self._inbox.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+        self.history.append(message)
+        self._unclaimed.append(message)
+        replica = self.replicas.get(message.replica)
+        if replica is not None and message.event in FINAL_EVENTS:
+            replica.expected_exit = True
+        if message.event == EOF_EVENT and replica is not None and not replica.expected_exit:
+            raise BenchError(f"{message.replica} exited unexpectedly:\n{replica.log_tail()}")
+        return message
+
     def wait_for(
         self, predicate: Callable[[Message], bool], *, timeout: float, what: str
     ) -> Message:
         """The oldest message not yet returned that matches `predicate` (messages read while
         waiting for something else are kept for later calls); BenchError after `timeout`
         seconds, or when a replica ends that the benchmark did not end on purpose."""
-        for index, message in enumerate(self._unclaimed):
-            if predicate(message):
-                return self._unclaimed.pop(index)
         deadline = time.monotonic() + timeout
         while True:
+            for index, message in enumerate(self._unclaimed):
+                if predicate(message):
+                    return self._unclaimed.pop(index)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}")
             try:
-                message = self._inbox.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            self.history.append(message)
-            if predicate(message):
-                return message
-            self._unclaimed.append(message)
-            replica = self.replicas.get(message.replica)
-            if message.event == EOF_EVENT and replica is not None and not replica.expected_exit:
-                tail = replica.log_tail()
-                raise BenchError(f"{message.replica} exited while waiting for {what}:\n{tail}")
+                self.poll(timeout=remaining)
+            except BenchError as e:
+                raise BenchError(f"while waiting for {what}: {e}") from e
 
     def stop(self) -> None:
         for replica in self.replicas.values():

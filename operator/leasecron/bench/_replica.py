@@ -35,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ticks", type=int, default=10)
     p.add_argument("--period", type=float, default=1.0, help="ticks: seconds between ticks")
     p.add_argument("--run-ms", type=float, default=200.0, help="ticks: handler run time")
+    p.add_argument("--starting-deadline", type=float, default=60.0, help="ticks: seconds")
     p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
     p.add_argument("--log-level", default="warning")
     return p
@@ -42,7 +43,9 @@ def parser() -> argparse.ArgumentParser:
 
 async def _main(args: argparse.Namespace) -> None:
     driver = load_driver(args.mode, args.through)
-    await driver(args, ReplicaIO())
+    io = ReplicaIO()
+    await io.open()
+    await driver(args, io)
 
 
 def main(argv: list[str] | None = None) -> None:

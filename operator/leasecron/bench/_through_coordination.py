@@ -20,18 +20,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasecron._metrics import SKIPS
-from leasecron.bench._drivers import ReplicaIO
+from leasecron.bench._drivers import ReplicaIO, bench_job
 from leasecron.coordination import Elector, Term, TickLock, lease_informer
 from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
 from leasecron.models.configs import ElectionConfig, LockConfig
 from leasecron.models.decisions import rendezvous_rank
-from leasecron.models.leases import parse_lease
 from leasecron.models.names import format_tick, job_lease_name, leader_lease_name
 
 BENCH_GROUP = "bench"
-STARTING_DEADLINE_S = 60.0
 
 
 async def _connect(namespace: str, *, max_workers: int) -> tuple[Kube, Informer]:
@@ -118,8 +116,9 @@ class StandbyMeter:
         store = self.stores.get(name)
         if store is None:
             return
-        record = parse_lease(event.obj)
-        live = event.type != "DELETED" and not record.free and record.holder != self.identity
+        spec = event.obj.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        live = event.type != "DELETED" and holder not in ("", self.identity)
         if live and name not in self._open:
             self._open[name] = (event.observed_at, store.requests)
         elif not live and name in self._open:
@@ -136,18 +135,20 @@ class StandbyMeter:
 
 
 def _skips() -> dict[str, float]:
-    return {
-        sample.labels["reason"]: sample.value
-        for metric in SKIPS.collect()
-        for sample in metric.samples
-        if sample.name.endswith("_total")
-    }
+    """This process's skipped claims by reason, over all jobs."""
+    totals: dict[str, float] = {}
+    for metric in SKIPS.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                reason = sample.labels["reason"]
+                totals[reason] = totals.get(reason, 0.0) + sample.value
+    return totals
 
 
 async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
     kube, informer = await _connect(args.namespace, max_workers=32)
     members = [m for m in args.members.split(",") if m] or [args.identity]
-    names = [f"bench-{j}" for j in range(args.jobs)]
+    names = [bench_job(j) for j in range(args.jobs)]
     stores = {job_lease_name(name): CountingStore(LeaseStore(kube)) for name in names}
     locks = [
         TickLock(
@@ -170,13 +171,17 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
     epoch = float(command["epoch"])
     writes, requests = kube.write_count, kube.request_count
     tasks: list[asyncio.Task[None]] = []
+    latest: dict[int, asyncio.Task[None]] = {}
     for k in range(args.ticks):
         instant = epoch + k * args.period
         await asyncio.sleep(max(0.0, instant - time.time()))
         tick = datetime.fromtimestamp(instant, UTC)
         for j, lock in enumerate(locks):
-            run = _claim_and_run(lock, io, args, members, job=j, k=k, tick=tick, instant=instant)
-            tasks.append(asyncio.create_task(run))
+            run = _claim_and_run(
+                lock, io, args, members, job=j, k=k, tick=tick, instant=instant, after=latest.get(j)
+            )
+            latest[j] = task = asyncio.create_task(run)
+            tasks.append(task)
     await asyncio.gather(*tasks)
     meter.finish(time.monotonic())
     io.emit(
@@ -204,11 +209,16 @@ async def _claim_and_run(
     k: int,
     tick: datetime,
     instant: float,
+    after: asyncio.Task[None] | None,
 ) -> None:
+    """Claim `tick` of one job once this replica is done with the job's previous tick (a job
+    never overlaps itself), run, release, and report the grant."""
+    if after is not None:
+        await after
     woke = time.time()
     rank = rendezvous_rank(f"{lock.job}/{format_tick(tick)}", args.identity, members)
     grant = await lock.claim(
-        tick, stagger=rank * args.claim_step, starting_deadline=STARTING_DEADLINE_S
+        tick, stagger=rank * args.claim_step, starting_deadline=args.starting_deadline
     )
     if grant is None:
         return

@@ -10,12 +10,14 @@ live grant of another replica on it, per second of such grants seen).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import Counter
 from typing import Any
 
-from leasecron.bench._processes import Message
+from leasecron.bench._drivers import bench_job
+from leasecron.bench._processes import BenchError, Message
 from leasecron.bench._runs import BenchRun, bench_run, print_result
 from leasecron.bench._stats import (
     account_ticks,
@@ -25,8 +27,14 @@ from leasecron.bench._stats import (
     show,
     table,
 )
+from leasecron.coordination import ROLE_JOB, default_labels
+from leasecron.kube.clients import Kube
+from leasecron.kube.leases import LeaseStore
+from leasecron.models.leases import LeaseRecord, lease_body
+from leasecron.models.names import job_lease_name
 
 PERIOD_S = 1.0
+STARTING_DEADLINE_S = 60.0  # the ScheduledJob default; a tick not started by then is missed
 
 
 def _argv(run: BenchRun, name: str, members: list[str], options: dict[str, Any]) -> list[str]:
@@ -37,6 +45,26 @@ def _argv(run: BenchRun, name: str, members: list[str], options: dict[str, Any])
     return argv
 
 
+async def _create_leases(kubeconfig: str, namespace: str, jobs: int) -> None:
+    """Free job Leases, as the operator creates them for its ScheduledJobs, so the first tick
+    is claimed like every other one (an update, not a race of creates)."""
+    kube = Kube.from_config(kubeconfig=kubeconfig, max_workers=16)
+    store, gate = LeaseStore(kube), asyncio.Semaphore(16)
+
+    async def create(index: int) -> None:
+        name = job_lease_name(bench_job(index))
+        body = lease_body(
+            LeaseRecord(name=name, namespace=namespace), labels=default_labels(ROLE_JOB)
+        )
+        async with gate:
+            await store.create(namespace=namespace, body=body)
+
+    try:
+        await asyncio.gather(*(create(j) for j in range(jobs)))
+    finally:
+        await kube.close()
+
+
 def measure_ticks(
     run: BenchRun, *, replicas: int, jobs: int, ticks: int, run_ms: float, claim_step: float
 ) -> tuple[list[Message], list[Message]]:
@@ -44,7 +72,15 @@ def measure_ticks(
     if replicas < 1 or jobs < 1 or ticks < 1:
         raise ValueError(f"replicas, jobs and ticks must be >= 1: {replicas}, {jobs}, {ticks}")
     names = [f"replica-{i}" for i in range(replicas)]
-    options = {"jobs": jobs, "ticks": ticks, "run_ms": run_ms, "claim_step": claim_step}
+    options = {
+        "jobs": jobs,
+        "ticks": ticks,
+        "run_ms": run_ms,
+        "claim_step": claim_step,
+        "starting_deadline": STARTING_DEADLINE_S,
+    }
+    asyncio.run(_create_leases(run.kubeconfig, run.namespace, jobs))
+    run.progress(f"{jobs} free job Leases created")
     for name in names:
         run.group.spawn(name, _argv(run, name, names, options))
     for name in names:
@@ -57,15 +93,30 @@ def measure_ticks(
     for name in names:
         run.group.replicas[name].send({"epoch": epoch})
     run.progress(f"{replicas} replicas ready; {ticks} ticks of {jobs} jobs from epoch {epoch:.0f}")
-    done: dict[str, Message] = {}
-    budget = ticks * PERIOD_S + 60.0 + jobs * 0.05
-    while len(done) < replicas:
-        message = run.group.wait_for(
-            lambda m: m.event == "done", timeout=budget, what="replicas to finish their ticks"
-        )
-        done[message.replica] = message
+    budget = ticks * PERIOD_S + STARTING_DEADLINE_S + 120.0 + jobs * 0.05
+    done = _collect(run, replicas=replicas, expected=jobs * ticks, budget=budget)
     grants = [m for m in run.group.history if m.event == "grant"]
-    return grants, list(done.values())
+    return grants, done
+
+
+def _collect(run: BenchRun, *, replicas: int, expected: int, budget: float) -> list[Message]:
+    """Read until every replica is done (BenchError after `budget` seconds), printing the
+    grants seen so far every few seconds; the done messages."""
+    deadline = time.monotonic() + budget
+    done: dict[str, Message] = {}
+    grants, reported = 0, time.monotonic()
+    while len(done) < replicas:
+        if time.monotonic() > deadline:
+            raise BenchError(f"replicas not done after {budget:.0f}s ({grants} grants seen)")
+        message = run.group.poll(timeout=1.0)
+        if message is not None and message.event == "grant":
+            grants += 1
+        elif message is not None and message.event == "done":
+            done[message.replica] = message
+        if time.monotonic() - reported >= 5.0:
+            reported = time.monotonic()
+            run.progress(f"{grants} of {expected} ticks granted; {len(done)} replicas done")
+    return list(done.values())
 
 
 def ticks_report(
