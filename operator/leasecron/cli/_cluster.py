@@ -133,6 +133,9 @@ def up(crds: bool) -> None:
 def _wait_forever() -> None:
     """Block until a signal interrupts us (SIGINT raises KeyboardInterrupt here)."""
     if threading.current_thread() is threading.main_thread():
+        # A shell starts background commands with SIGINT ignored, and Python then keeps it
+        # ignored; Ctrl-C (or `kill -INT`) is this command's documented way to stop, so restore it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         while True:
             signal.pause()
     threading.Event().wait()
