@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron._metrics import MISSED, RUNS
-from leasecron.kube.errors import AlreadyExists, KubeError, NotFound
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
@@ -80,7 +81,12 @@ class Recorder:
     async def start_tick(
         self, job: ScheduledJob, *, tick: datetime, holder: str, token: int | None
     ) -> JobRun:
-        """Create the Running JobRun of `tick`; AlreadyExists when someone else has it."""
+        """Create the Running JobRun of `tick`; AlreadyExists when someone else has it.
+
+        A `Missed` record of the tick (the operator writes one when no run had started by
+        the starting deadline) is taken over instead: the caller holds the tick, so the run
+        is real now. The takeover is conditional on the record's version, so of two callers
+        only one gets it."""
         run = JobRun.for_tick(
             job=job.name,
             tick=tick,
@@ -89,8 +95,30 @@ class Recorder:
             fencing_token=token,
             namespace=self.namespace,
         )
-        await self._jobruns.create(namespace=self.namespace, body=run.to_resource(job_uid=job.uid))
+        body = run.to_resource(job_uid=job.uid)
+        try:
+            await self._jobruns.create(namespace=self.namespace, body=body)
+        except AlreadyExists as taken:
+            await self._take_missed(run, body, taken)
         return run
+
+    async def _take_missed(self, run: JobRun, body: dict[str, Any], taken: AlreadyExists) -> None:
+        existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
+        status = (existing or {}).get("status") or {}
+        if existing is None or status.get("outcome") != Outcome.MISSED.value:
+            raise taken
+        version = (existing.get("metadata") or {}).get("resourceVersion")
+        patch = {
+            "metadata": {"resourceVersion": version},
+            "spec": body["spec"],
+            "status": {**body["status"], "message": ""},
+        }
+        try:
+            await self._jobruns.patch_status(namespace=self.namespace, name=run.name, patch=patch)
+        except Conflict as e:
+            raise AlreadyExists(
+                f"JobRun {run.name} was taken meanwhile", reason="AlreadyExists"
+            ) from e
 
     async def start_term(self, job: ScheduledJob, *, token: int, holder: str) -> JobRun:
         """Create the Running JobRun of a single-owner ownership term."""

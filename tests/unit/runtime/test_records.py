@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+from typing import Any, cast
+
 import pytest
 
-from leasecron.models.specs import Outcome
+from leasecron.kube.errors import AlreadyExists, Conflict
+from leasecron.kube.jobruns import JobRunStore
+from leasecron.models.clocks import FakeClock
+from leasecron.models.specs import Outcome, validate_resource
 from leasecron.runtime._invoke import HandlerEnd, StopReason
-from leasecron.runtime._records import describe_error, outcome_of
+from leasecron.runtime._records import Recorder, describe_error, outcome_of
+from leasecron.testing.handlers import scheduled_job
+
+TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
 
 def end(
@@ -58,3 +68,71 @@ def test_a_handler_that_would_not_stop_within_the_grace_period_failed() -> None:
         term=True,
     )
     assert outcome is Outcome.FAILED and "grace period" in message
+
+
+class FakeJobRuns:
+    """An in-memory JobRunStore: create, get and merge-patch, with resourceVersions."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+        self.version = 0
+
+    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        if name in self.items:
+            raise AlreadyExists(f"{name} exists", reason="AlreadyExists")
+        self.version += 1
+        self.items[name] = {
+            **body,
+            "metadata": {**body["metadata"], "resourceVersion": str(self.version)},
+        }
+        return self.items[name]
+
+    async def get(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.items.get(name)
+
+    async def patch_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        current = self.items[name]
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+            raise Conflict("stale", reason="Conflict")
+        self.version += 1
+        merged = {**current, **{k: v for k, v in patch.items() if k != "metadata"}}
+        merged["metadata"] = {**current["metadata"], "resourceVersion": str(self.version)}
+        self.items[name] = merged
+        return merged
+
+
+def recorder(store: FakeJobRuns) -> Recorder:
+    return Recorder(jobruns=cast(JobRunStore, store), namespace="ns", clock=FakeClock(start=TICK))
+
+
+def test_a_missed_record_of_a_held_tick_is_taken_over_by_its_run() -> None:
+    store = FakeJobRuns()
+    job = validate_resource(scheduled_job("report", namespace="ns"))
+    rec = recorder(store)
+
+    async def scenario() -> None:
+        await rec.record_missed(job, [TICK], holder="operator", token=None, reason="late")
+        await rec.start_tick(job, tick=TICK, holder="pod-a", token=4)
+
+    asyncio.run(scenario())
+    [record] = store.items.values()
+    assert record["status"]["outcome"] == "Running" and record["status"]["message"] == ""
+    assert record["spec"]["holder"] == "pod-a" and record["spec"]["fencingToken"] == 4
+
+
+def test_a_tick_someone_else_runs_is_not_taken_over() -> None:
+    store = FakeJobRuns()
+    job = validate_resource(scheduled_job("report", namespace="ns"))
+    rec = recorder(store)
+
+    async def scenario() -> None:
+        await rec.start_tick(job, tick=TICK, holder="pod-a", token=4)
+        await rec.start_tick(job, tick=TICK, holder="pod-b", token=5)
+
+    with pytest.raises(AlreadyExists):
+        asyncio.run(scenario())
+    assert next(iter(store.items.values()))["spec"]["holder"] == "pod-a"
