@@ -16,8 +16,10 @@ all: test
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "[make] installing leasecron and its dev extras into $(VENV)"
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@# uv resolves and installs from its cache (outside the repository) in seconds; pip is the fallback
+	@$(BIN)/python -m pip install -q --disable-pip-version-check uv \
+	  && $(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]' \
+	  || $(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import click
 import pytest
 import yaml
 from kubernetes import client
@@ -228,7 +229,8 @@ def test_the_operator_command_line_accepts_the_rendered_arguments(
 ) -> None:
     container = _container(helm.template(*sets))
     program, subcommand = container["command"]
-    command = main.commands[subcommand]
+    command = main.get_command(click.Context(main), subcommand)
+    assert command is not None, f"leasecron has no subcommand {subcommand!r}"
     with command.make_context(subcommand, list(container["args"])) as context:
         params = context.params
 
