@@ -168,7 +168,10 @@ class OwnerWorker:
             return
         run.recorded = True
         services = self._services
-        outcome, message = services.report(self._job, run.ctx, end, run.control)
+        outcome, message = services.report(self._job, run.ctx, end, run.control, notify=False)
         if run.record is not None:
             with contextlib.suppress(KubeError):
                 await services.recorder.finish(run.record, outcome=outcome, message=message)
+        # Listeners hear of the term only once its outcome is written: `run_once` stops the
+        # worker as soon as it hears, which must not cut the final status patch short.
+        services.recorder.notify(self._job, run.ctx, outcome, message)

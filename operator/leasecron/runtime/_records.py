@@ -198,9 +198,22 @@ class Recorder:
                 break
         return written
 
-    def count(self, job: ScheduledJob, ctx: JobContext, outcome: Outcome, message: str) -> None:
-        """Count a finished run in RUNS and tell the listeners (`run_once` is one)."""
+    def count(
+        self,
+        job: ScheduledJob,
+        ctx: JobContext,
+        outcome: Outcome,
+        message: str,
+        *,
+        notify: bool = True,
+    ) -> None:
+        """Count a finished run in RUNS and (unless `notify` is False) tell the listeners."""
         RUNS.labels(self.namespace, job.name, job.spec.bucket.value, outcome.value).inc()
+        if notify:
+            self.notify(job, ctx, outcome, message)
+
+    def notify(self, job: ScheduledJob, ctx: JobContext, outcome: Outcome, message: str) -> None:
+        """Tell the listeners (`run_once` is one) that a run finished and was recorded."""
         run = RunOutcome(job=job.name, tick=ctx.tick, outcome=outcome, message=message, context=ctx)
         for listener in list(self.listeners):
             listener(run)

@@ -111,14 +111,21 @@ class Services:
         return await control.run(call, observe_lag=observe_lag)
 
     def report(
-        self, job: ScheduledJob, ctx: JobContext, end: HandlerEnd, control: RunControl
+        self,
+        job: ScheduledJob,
+        ctx: JobContext,
+        end: HandlerEnd,
+        control: RunControl,
+        *,
+        notify: bool = True,
     ) -> tuple[Outcome, str]:
-        """Count and log the outcome of a finished run; returns (outcome, message)."""
+        """Count and log the outcome of a finished run; returns (outcome, message). With
+        `notify=False` the caller tells the listeners itself once the outcome is recorded."""
         term = ctx.bucket is Bucket.SINGLE_OWNER
         outcome, message = outcome_of(
             end, reason=control.reason, unguarded=ctx.unguarded, term=term
         )
-        self.recorder.count(job, ctx, outcome, message)
+        self.recorder.count(job, ctx, outcome, message, notify=notify)
         fields = {"outcome": outcome.value, "duration": round(end.duration, 3)}
         if end.error is not None:
             ctx.logger.error("handler failed", message=message, exc_info=end.error, **fields)
