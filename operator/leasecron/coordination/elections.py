@@ -30,8 +30,6 @@ from leasecron.coordination.resourcelocks import (
     ROLE_LEADER,
     LeaseLock,
     LeaseStoreLike,
-    default_labels,
-    lease_store,
 )
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError
@@ -69,17 +67,14 @@ class Elector:
         self.config = config
         self.identity = identity
         self._clock = clock
-        view = (
-            LeaseView.shared(cache, clock=clock)
-            if cache is not None
-            else LeaseView(None, clock=clock)
-        )
-        self.lease = LeaseLock(
-            lease_store(kube),
-            view,
+        self.lease = LeaseLock.open(
+            kube,
+            cache,
+            clock=clock,
             namespace=namespace,
             name=name,
-            labels=default_labels(ROLE_LEADER, labels),
+            role=ROLE_LEADER,
+            labels=labels,
             owner_reference=owner_reference,
         )
         self._on_started = on_started_leading

@@ -26,8 +26,6 @@ from leasecron.coordination.resourcelocks import (
     ROLE_JOB,
     LeaseLock,
     LeaseStoreLike,
-    default_labels,
-    lease_store,
 )
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, Unavailable
@@ -70,17 +68,14 @@ class TickLock:
         self.identity = identity
         self.job = job or name
         self._clock = clock
-        view = (
-            LeaseView.shared(cache, clock=clock)
-            if cache is not None
-            else LeaseView(None, clock=clock)
-        )
-        self.lease = LeaseLock(
-            lease_store(kube),
-            view,
+        self.lease = LeaseLock.open(
+            kube,
+            cache,
+            clock=clock,
             namespace=namespace,
             name=name,
-            labels=default_labels(ROLE_JOB, labels),
+            role=ROLE_JOB,
+            labels=labels,
             owner_reference=owner_reference,
         )
         self._log = get_logger("leasecron.coordination").bind(

@@ -14,9 +14,10 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from leasecron.coordination._views import LeaseView, Seen
+from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
+from leasecron.models.clocks import Clock
 from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
 
@@ -67,6 +68,30 @@ class LeaseLock:
         self.name = name
         self.labels = dict(labels)
         self.owner_reference = dict(owner_reference) if owner_reference else None
+
+    @classmethod
+    def open(
+        cls,
+        kube: Kube | LeaseStoreLike,
+        cache: LeaseCache | LeaseView | None,
+        *,
+        clock: Clock,
+        namespace: str,
+        name: str,
+        role: str,
+        labels: Mapping[str, str] | None = None,
+        owner_reference: Mapping[str, Any] | None = None,
+    ) -> LeaseLock:
+        """The lock of one Lease of `role`, reading through the process's shared view of
+        `cache` (a view of its own, fed only by its own requests, when there is no cache)."""
+        return cls(
+            lease_store(kube),
+            LeaseView.shared(cache, clock=clock),
+            namespace=namespace,
+            name=name,
+            labels=default_labels(role, labels),
+            owner_reference=owner_reference,
+        )
 
     def __repr__(self) -> str:
         return f"LeaseLock({self.namespace}/{self.name})"
