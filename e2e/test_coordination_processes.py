@@ -6,12 +6,7 @@ holder paused by SIGSTOP past its grant loses it without ever renewing over its 
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,75 +16,34 @@ from typing import IO, Any
 import pytest
 from kubernetes.client import ApiClient, CoordinationV1Api
 
+from _processes import ReplicaProcess
+
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 SCRIPT = Path(__file__).with_name("_coord_replica.py")
 START_WAIT = 60.0
 LEASE_DURATION = 2.0  # _coord_replica.FAST and the hold lock's atMostFor
 
 
-class Replica:
-    """One replica process; its JSON lines are collected by a reader thread."""
+class Replica(ReplicaProcess):
+    """One `_coord_replica.py` process; commands go in on stdin."""
 
     def __init__(self, args: list[str], *, kubeconfig: Path, log: IO[str]) -> None:
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=env,
-        )
-        self.lines: list[dict[str, Any]] = []
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # not one of the replica's events
-            with self._changed:
-                self.lines.append(event)
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
+        super().__init__(SCRIPT, args, kubeconfig=kubeconfig, log=log, stdin=True)
 
     def wait_for(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                for line in self.lines:
-                    if predicate(line):
-                        return line
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or (
-                    self.process.poll() is not None and not self._reader.is_alive()
-                ):
-                    raise AssertionError(f"no matching line within {timeout}s: {self.lines}")
-                self._changed.wait(remaining)
+        """The first line matching `predicate`, waiting for it up to `timeout`."""
+        self.wait_until(lambda lines: any(predicate(line) for line in lines), timeout)
+        return next(line for line in self.lines if predicate(line))
 
     def send(self, text: str) -> None:
         assert self.process.stdin is not None
         self.process.stdin.write(text + "\n")
         self.process.stdin.flush()
 
-    def signal(self, number: int) -> None:
-        self.process.send_signal(number)
-
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.kill()
-        self.process.wait(10)
-        for stream in (self.process.stdin, self.process.stdout):
-            if stream is not None:
-                stream.close()
+        self.kill()
 
 
 @pytest.fixture

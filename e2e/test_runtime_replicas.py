@@ -6,12 +6,8 @@ second of SIGTERM."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,6 +17,7 @@ from typing import IO, Any
 import pytest
 from kubernetes import client
 
+from _processes import ReplicaProcess
 from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
 from leasecron.testing.handlers import scheduled_job, wait_for_jobruns
 
@@ -31,54 +28,20 @@ TICKS = int(os.environ.get("LEASECRON_E2E_TICKS", "60"))
 """Ticks the once-per-tick and every-replica cases run for (the issue asks for 60)."""
 
 
-class Replica:
-    """One replica process; its JSON lines are collected by a reader thread."""
+class Replica(ReplicaProcess):
+    """One `_runtime_replica.py` process named `replica-<index>`."""
 
     def __init__(self, index: int, *, namespace: str, kubeconfig: Path, log: IO[str]) -> None:
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "POD_NAME": f"replica-{index}",
-            "PYTHONUNBUFFERED": "1",
-        }
-        self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--namespace", namespace],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=env,
+        super().__init__(
+            SCRIPT,
+            ["--namespace", namespace],
+            kubeconfig=kubeconfig,
+            log=log,
+            env={"POD_NAME": f"replica-{index}"},
         )
-        self.lines: list[dict[str, Any]] = []
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            with self._changed:
-                self.lines.append(event)
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def events(self, kind: str) -> list[dict[str, Any]]:
-        with self._changed:
-            return [line for line in self.lines if line["event"] == kind]
 
     def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(self.lines):
-                remaining = deadline - time.monotonic()
-                exited = self.process.poll() is not None and not self._reader.is_alive()
-                if remaining <= 0 or exited:
-                    raise AssertionError(f"replica never got there in {timeout}s: {self.lines}")
-                self._changed.wait(remaining)
+        self.wait_until(predicate, timeout)
 
     def terminate(self) -> None:
         """SIGTERM (again: harmless), then wait for the graceful stop."""
@@ -86,13 +49,6 @@ class Replica:
             self.process.send_signal(signal.SIGTERM)
         self.process.wait(30)
         self._reader.join(5)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
 
 
 @pytest.fixture
