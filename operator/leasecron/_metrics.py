@@ -44,6 +44,11 @@ LEADERSHIP_CHANGES = Counter(
     "Times this process started or stopped leading a Lease.",
     ["namespace", "lease", "event"],
 )
+RECORD_BACKLOG = Gauge(
+    "leasecron_record_backlog",
+    "Run records (JobRuns) waiting to be written because the API server could not be reached.",
+    ["namespace"],
+)
 API_REQUESTS = Counter(
     "leasecron_api_requests_total",
     "Requests to the Kubernetes API by verb, resource and status code.",

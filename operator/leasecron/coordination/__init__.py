@@ -15,8 +15,16 @@ from leasecron.coordination.background import (
     SyncTickLock,
 )
 from leasecron.coordination.elections import Elector
-from leasecron.coordination.grants import Grant, KeepAlive, LostEvent, LostLockError, Term
-from leasecron.coordination.locks import TickLock
+from leasecron.coordination.grants import (
+    Fence,
+    Grant,
+    KeepAlive,
+    LostEvent,
+    LostLockError,
+    ReleaseResult,
+    Term,
+)
+from leasecron.coordination.locks import Skipped, TickLock
 from leasecron.coordination.resourcelocks import (
     LEASE_SELECTOR,
     ROLE_JOB,
@@ -49,6 +57,7 @@ __all__ = [
     "ROLE_LEADER",
     "BackgroundLoop",
     "Elector",
+    "Fence",
     "Grant",
     "KeepAlive",
     "LeaseCache",
@@ -56,6 +65,8 @@ __all__ = [
     "LeaseView",
     "LostEvent",
     "LostLockError",
+    "ReleaseResult",
+    "Skipped",
     "SyncElector",
     "SyncGrant",
     "SyncTickLock",

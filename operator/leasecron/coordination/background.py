@@ -19,8 +19,15 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from leasecron.coordination.elections import Elector
-from leasecron.coordination.grants import Grant, KeepAlive, Listener, LostEvent, Term
-from leasecron.coordination.locks import TickLock
+from leasecron.coordination.grants import (
+    Grant,
+    KeepAlive,
+    Listener,
+    LostEvent,
+    ReleaseResult,
+    Term,
+)
+from leasecron.coordination.locks import Skipped, TickLock
 
 T = TypeVar("T")
 
@@ -122,8 +129,8 @@ class SyncGrant:
     def renew(self) -> bool:
         return self._loop.run(self.grant.renew())
 
-    def release(self) -> None:
-        self._loop.run(self.grant.release())
+    def release(self) -> ReleaseResult:
+        return self._loop.run(self.grant.release())
 
     @contextlib.contextmanager
     def kept_alive(self, *, listeners: tuple[Listener, ...] = ()) -> Iterator[SyncGrant]:
@@ -156,9 +163,19 @@ class SyncTickLock:
         stagger: float = 0.0,
         starting_deadline: float | timedelta | None = None,
     ) -> SyncGrant | None:
-        coro = self.lock.claim(tick, stagger=stagger, starting_deadline=starting_deadline)
-        grant = self._loop.run(coro)
-        return SyncGrant(grant, self._loop) if grant is not None else None
+        result = self.try_claim(tick, stagger=stagger, starting_deadline=starting_deadline)
+        return result if isinstance(result, SyncGrant) else None
+
+    def try_claim(
+        self,
+        tick: datetime,
+        *,
+        stagger: float = 0.0,
+        starting_deadline: float | timedelta | None = None,
+    ) -> SyncGrant | Skipped:
+        coro = self.lock.try_claim(tick, stagger=stagger, starting_deadline=starting_deadline)
+        result = self._loop.run(coro)
+        return SyncGrant(result, self._loop) if isinstance(result, Grant) else result
 
 
 class SyncElector:

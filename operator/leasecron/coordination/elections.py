@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from leasecron._logs import get_logger
@@ -32,14 +32,24 @@ from leasecron.coordination.resourcelocks import (
     LeaseStoreLike,
 )
 from leasecron.kube.clients import Kube
-from leasecron.kube.errors import AlreadyExists, Conflict, KubeError
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, Unavailable
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import ElectionConfig
-from leasecron.models.decisions import Acquire, Renew, StandBy, decide_election, free_record
+from leasecron.models.decisions import (
+    Acquire,
+    Renew,
+    StandBy,
+    decide_election,
+    free_record,
+    lost_reason,
+)
 from leasecron.models.leases import parse_lease
 
 Callback = Callable[..., Any]
+TokenFloor = Callable[[], Awaitable[int]]
 _WRITE_FAILURES = (KubeError, TimeoutError)
+_MAYBE_WRITTEN = (Unavailable, TimeoutError)
+"""Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 
 
 class Elector:
@@ -61,6 +71,7 @@ class Elector:
         labels: Mapping[str, str] | None = None,
         owner_reference: Mapping[str, Any] | None = None,
         stagger: Callable[[], float] | None = None,
+        floor: TokenFloor | None = None,
     ) -> None:
         self.namespace = namespace
         self.name = name
@@ -81,6 +92,7 @@ class Elector:
         self._on_stopped = on_stopped_leading
         self._on_new_leader = on_new_leader
         self._stagger = stagger
+        self._floor = floor
         self._log = get_logger("leasecron.coordination").bind(
             lease=name, namespace=namespace, identity=identity
         )
@@ -197,6 +209,14 @@ class Elector:
 
     async def _contend(self) -> None:
         seen = self.lease.observe()
+        floor = 0
+        if seen is None and self._floor is not None:
+            try:
+                floor = await self._floor()
+            except _WRITE_FAILURES as e:
+                self._log.info("could not read the token floor", error=repr(e))
+                await self._pause()
+                return
         decision = decide_election(
             current=seen.observation if seen is not None else None,
             leading=False,
@@ -206,6 +226,7 @@ class Elector:
             now_wall=self._clock.now(),
             name=self.name,
             namespace=self.namespace,
+            floor=floor,
         )
         rv = seen.resource_version if seen is not None else None
         if isinstance(decision, StandBy):
@@ -231,11 +252,25 @@ class Elector:
             if not await self._refresh(timeout):
                 await self._pause()
             return
+        except _MAYBE_WRITTEN as e:
+            # No reply: the write may have landed. Read back before calling it lost.
+            self._log.info("acquire reply lost; reading the Lease back", error=repr(e))
+            token = decision.record.transitions
+            if await self._refresh(timeout) and self._shows_term(token):
+                await self._start_term(token, sent)
+            else:
+                await self._pause()
+            return
         except _WRITE_FAILURES as e:
             self._log.info("could not acquire the lease", error=repr(e))
             await self._pause()
             return
         await self._start_term(parse_lease(obj).transitions, sent)
+
+    def _shows_term(self, token: int) -> bool:
+        seen = self.lease.observe()
+        record = seen.observation.record if seen is not None else None
+        return lost_reason(record, identity=self.identity, token=token) is None
 
     async def _refresh(self, timeout: float) -> bool:  # noqa: ASYNC109
         """GET the Lease after a conflict so the next decision sees what won."""
@@ -258,12 +293,8 @@ class Elector:
 
     def _taken_from(self, term: Term) -> str | None:
         seen = self.lease.observe()
-        if seen is None:
-            return "the Lease was deleted"
-        record = seen.observation.record
-        if record.holder != self.identity or record.transitions != term.token:
-            return f"the Lease is held by {record.holder or 'nobody'} now"
-        return None
+        record = seen.observation.record if seen is not None else None
+        return lost_reason(record, identity=self.identity, token=term.token)
 
     async def _lead(self) -> None:
         term = self._term
@@ -315,9 +346,19 @@ class Elector:
             self._log.info("renew failed", token=self.token, error=repr(e))
             return
         self._last_renew = sent
+        if self._term is not None:
+            self._term.extend(sent + self.config.renew_deadline.total_seconds())
 
     async def _start_term(self, token: int, sent: float) -> None:
-        term = Term(token=token, identity=self.identity, started_at=sent)
+        term = Term(
+            namespace=self.namespace,
+            name=self.name,
+            token=token,
+            identity=self.identity,
+            started_at=sent,
+            expires_at=sent + self.config.renew_deadline.total_seconds(),
+            clock=self._clock,
+        )
         self._term, self._last_token = term, token
         self._last_renew = self._last_attempt = sent
         self._log.info("started leading", token=token)
@@ -370,16 +411,22 @@ class Elector:
         timeout = self.config.renew_deadline.total_seconds()
         for attempt in range(2):
             seen = self.lease.observe()
-            if seen is None:
+            if seen is None or self._last_token is None:
                 return
             record = seen.observation.record
-            if record.holder != self.identity or record.transitions != self._last_token:
+            if lost_reason(record, identity=self.identity, token=self._last_token) is not None:
                 return
             try:
                 await self.lease.update(
                     free_record(record, now_wall=self._clock.now()), base=seen, timeout=timeout
                 )
             except Conflict:
+                if attempt == 0 and await self._refresh(timeout):
+                    continue
+                return
+            except _MAYBE_WRITTEN as e:
+                # No reply: read back once; the next attempt writes only if still ours.
+                self._log.info("release reply lost; reading the Lease back", error=repr(e))
                 if attempt == 0 and await self._refresh(timeout):
                     continue
                 return

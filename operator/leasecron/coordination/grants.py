@@ -1,14 +1,16 @@
 """Grants and fencing: what a successful claim hands to the code that runs the job.
 
-Owns `Grant` and `Term` (fencing token, tick, holder, a `lost` event, `assert_held()`, `renew()`,
-`release()`), `LostLockError`, `LostEvent` (a `threading.Event` that also wakes asyncio
-waiters and listeners, so it can be set and read from sync or async code), and `KeepAlive`,
-which wraps a grant: it renews every atMostFor / 3 and, when a renewal is refused or the grant
-would expire, sets `lost` and notifies its listeners (whose exceptions are logged and never
-reach the job).
+Owns `Fence`, the one fencing value (token, holder, a `lost` event and a deadline on the
+local monotonic clock: `held` / `assert_held()`), its two forms `Grant` (one tick claim: tick,
+`renew()`, `release()`) and `Term` (one ownership term of an elector), `LostLockError`,
+`LostEvent` (a `threading.Event` that also wakes asyncio waiters and listeners, so it can be
+set and read from sync or async code), and `KeepAlive`, which wraps a grant: it renews every
+atMostFor / 3 and, when a renewal is refused or the grant would expire, sets `lost` and
+notifies its listeners (whose exceptions are logged and never reach the job).
 
-What it does not promise (DESIGN §7): `assert_held()` is only as fresh as this process's view;
-a process paused past its grant can still write after losing it. The token is what lets a
+What it does not promise (DESIGN §7): `assert_held()` checks the local deadline and what this
+process has seen; a process paused between that check and its write can still write after
+losing the grant. The token is what lets a
 store reject such a write.
 """
 
@@ -19,15 +21,12 @@ import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import Any, Protocol
 
 from leasecron._logs import get_logger
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
-
-if TYPE_CHECKING:
-    from leasecron.coordination.locks import TickLock
 
 _log = get_logger("leasecron.coordination")
 
@@ -107,72 +106,67 @@ async def call_listener(callback: Callable[..., Any], *args: Any, what: str, **l
         _log.exception(f"{what} failed", **log)
 
 
-@dataclass(frozen=True, eq=False)
-class Term:
-    """One ownership term: the fencing token is the Lease's leaseTransitions for it."""
+class Fence:
+    """A fencing value: `token` held by `holder` on one Lease, valid until `expires_at` on
+    the local monotonic clock unless extended by a successful renewal.
 
-    token: int
-    identity: str
-    started_at: float
-    lost: LostEvent = field(default_factory=LostEvent)
-
-    def assert_held(self) -> None:
-        """Raise LostLockError once the term has ended."""
-        if self.lost.is_set():
-            raise LostLockError(f"term {self.token} of {self.identity} has ended")
-
-
-class Grant:
-    """One successful claim of one tick: the fencing token is the Lease's leaseTransitions
-    after the claim. Created by `TickLock.claim()`; renew and release go through that lock."""
+    Tick grants and ownership terms are the same idea and share this one check: `held` is
+    False once `lost` is set or the local deadline has passed, whatever the event loop is
+    doing, so it can be read from any thread (a stalled loop or a SIGSTOP cannot keep it
+    true past its deadline)."""
 
     def __init__(
         self,
         *,
-        lock: TickLock,
+        namespace: str,
+        name: str,
         token: int,
-        tick: datetime,
         holder: str,
-        acquired_at: float,
         expires_at: float,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.namespace = namespace
+        self.name = name
         self.token = token
-        self.tick = tick
         self.holder = holder
-        self.namespace = lock.namespace
-        self.name = lock.name
-        self.acquired_at = acquired_at
         self.expires_at = expires_at
-        """Local monotonic time the grant expires unless renewed (measured from before the
-        claim was sent, so no other replica can consider it expired earlier)."""
+        """Local monotonic time the fence ends unless extended (measured from before the
+        write that granted or renewed it, so no other replica can consider it over earlier)."""
         self.lost = LostEvent()
         self.lost_reason = ""
-        self.released = False
-        self._lock = lock
         self._clock = clock
 
     def __repr__(self) -> str:
-        return f"Grant({self.namespace}/{self.name} token={self.token} holder={self.holder})"
+        return (
+            f"{type(self).__name__}({self.namespace}/{self.name} token={self.token} "
+            f"holder={self.holder})"
+        )
 
     @property
     def held(self) -> bool:
-        """Not lost, not released and not expired by local time."""
-        if self.lost.is_set() or self.released:
+        """Not lost and not past its local deadline (marks it lost once the deadline passed)."""
+        if self.lost.is_set():
             return False
         if self._clock.monotonic() >= self.expires_at:
-            self.mark_lost("the grant expired by local time before it was renewed")
+            self.mark_lost(self._expired_reason())
             return False
         return True
 
+    def _expired_reason(self) -> str:
+        return "the grant expired by local time before it was renewed"
+
     def assert_held(self) -> None:
-        """Raise LostLockError unless the grant is still ours; call before a write that must
-        not happen twice, and pass `token` where the store can check it."""
+        """Raise LostLockError unless still held; call before a write that must not happen
+        twice, and pass `token` where the store can check it."""
         if not self.held:
-            reason = self.lost_reason or ("released" if self.released else "lost")
             raise LostLockError(
-                f"lease {self.namespace}/{self.name}: grant {self.token} is gone ({reason})"
+                f"lease {self.namespace}/{self.name}: token {self.token} of {self.holder} "
+                f"is gone ({self.lost_reason or 'lost'})"
             )
+
+    def extend(self, until: float) -> None:
+        """A renewal succeeded: the fence now lasts until `until` (never shortened)."""
+        self.expires_at = max(self.expires_at, until)
 
     def mark_lost(self, reason: str) -> None:
         """Set `lost` (once) with a reason; listeners and waiters are woken."""
@@ -184,18 +178,127 @@ class Grant:
         )
         self.lost.set()
 
+
+class Term(Fence):
+    """One ownership term of an elector: the token is the Lease's leaseTransitions for it.
+    Valid until the last successful renewal + renewDeadline (the elector extends it)."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        token: int,
+        identity: str,
+        started_at: float,
+        expires_at: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        super().__init__(
+            namespace=namespace,
+            name=name,
+            token=token,
+            holder=identity,
+            expires_at=expires_at,
+            clock=clock,
+        )
+        self.started_at = started_at
+
+    @property
+    def identity(self) -> str:
+        return self.holder
+
+    def _expired_reason(self) -> str:
+        return "the term was not renewed within renewDeadline"
+
+
+class ReleaseResult(StrEnum):
+    """What `Grant.release()` did."""
+
+    FREED = "freed"
+    """The Lease was written free (holder "")."""
+    HELD = "held"
+    """The Lease was written held until acquire + atLeastFor; it is freed then."""
+    NOT_OURS = "not_ours"
+    """The Lease no longer shows this grant: nothing was written (or a lost reply landed)."""
+    KEPT = "kept"
+    """The write could not be made now: the lock keeps the grant and frees it when it can."""
+
+
+class GrantOwner(Protocol):
+    """What a Grant needs of the lock that issued it."""
+
+    async def renew(self, grant: Grant) -> bool: ...
+
+    async def release(self, grant: Grant) -> ReleaseResult: ...
+
+    def keep_alive(self, grant: Grant, *, listeners: Sequence[Listener] = ()) -> KeepAlive: ...
+
+
+class Grant(Fence):
+    """One successful claim of one tick: the fencing token is the Lease's leaseTransitions
+    after the claim. Created by `TickLock.claim()`; renew and release go through that lock.
+
+    `replaced_tick` is the tick the Lease recorded in the version the claim's conditional
+    write replaced (the high-water mark catch-up plans from); `replaced_unrun` is True when
+    that version was an earlier grant of this process that never ran (a claim whose reply
+    was lost), so its tick counts as not run."""
+
+    def __init__(
+        self,
+        *,
+        owner: GrantOwner,
+        namespace: str,
+        name: str,
+        token: int,
+        tick: datetime,
+        holder: str,
+        acquired_at: float,
+        expires_at: float,
+        replaced_tick: datetime | None = None,
+        replaced_unrun: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        super().__init__(
+            namespace=namespace,
+            name=name,
+            token=token,
+            holder=holder,
+            expires_at=expires_at,
+            clock=clock,
+        )
+        self.tick = tick
+        self.acquired_at = acquired_at
+        self.replaced_tick = replaced_tick
+        self.replaced_unrun = replaced_unrun
+        self.released = False
+        self._owner = owner
+
+    @property
+    def held(self) -> bool:
+        """Not lost, not released and not expired by local time."""
+        return not self.released and super().held
+
+    def assert_held(self) -> None:
+        if self.released and not self.lost.is_set():
+            raise LostLockError(
+                f"lease {self.namespace}/{self.name}: grant {self.token} is gone (released)"
+            )
+        super().assert_held()
+
     async def renew(self) -> bool:
         """Extend the grant by atMostFor. False when the store could not be reached (the
         grant may still be valid); a refused renewal marks the grant lost and returns False."""
-        return await self._lock.renew(self)
+        return await self._owner.renew(self)
 
-    async def release(self) -> None:
-        """Release honouring atLeastFor; never writes over a grant that is no longer ours."""
-        await self._lock.release(self)
+    async def release(self) -> ReleaseResult:
+        """Release honouring atLeastFor; never writes over a grant that is no longer ours.
+        Says what it did; a grant it could not release now is kept and freed later."""
+        return await self._owner.release(self)
 
     def keep_alive(self, *, listeners: Sequence[Listener] = ()) -> KeepAlive:
         """A KeepAlive renewing this grant every atMostFor / 3 (start it, or `async with`)."""
-        return self._lock.keep_alive(self, listeners=listeners)
+        return self._owner.keep_alive(self, listeners=listeners)
 
 
 class KeepAlive:

@@ -1,27 +1,37 @@
 """`TickLock`: the once-per-tick claim on a job's Lease (DESIGN §5, steps 1-3, 5, 6, 8).
 
-`claim(tick)` waits out its stagger watching the process's Lease view (a tick that shows up
-as taken costs no request), decides from the view with `models.decisions.decide_claim`, and
-sends at most ONE conditional write. "Not acquired" is a value: None, counted in SKIPS by
-reason (taken, live_grant, deadline, conflict, exists, store_unavailable, error) and logged at
-debug. A `Grant` is marked lost as soon as the view shows another holder or a higher token.
+`try_claim(tick)` waits out its stagger watching the process's Lease view (a tick that shows
+up as taken costs no request), decides from the view with `models.decisions.decide_claim`,
+and sends at most ONE conditional write. It returns a `Grant` or a `Skipped` value with its
+reason (taken, live_grant, deadline, conflict, exists, store_unavailable, uncertain, error),
+counted in SKIPS and logged at debug; `claim()` is the same with None for a skip.
 
-It does not run handlers, create JobRuns or compute ticks: the runtime does. It does not
-retry a failed claim: the next tick is the retry.
+A write whose reply is lost may have landed (DESIGN §5): nothing here treats it as not
+written without reading back. A claim that fails that way is read back at once; if the
+read-back fails too, the claim is remembered as uncertain. A grant in this process's own
+identity that the lock does not know (the uncertain claim landing, or a release that did not
+land) is an orphan: it is adopted (handed to `on_orphan`, or released) or freed as soon as the
+lock sees it, never left to expire, and a claim of a later tick may replace it.
+
+The lock is the one owner of its grants' state: it marks a grant lost as soon as the view
+shows another holder or token, and it keeps (and frees when it can) a grant it could not
+release. It does not run handlers, create JobRuns or compute ticks: the runtime does. It does
+not retry a failed claim: the next tick is the retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
-from leasecron.coordination.grants import Grant, KeepAlive, Listener
+from leasecron.coordination.grants import Grant, KeepAlive, Listener, ReleaseResult
 from leasecron.coordination.resourcelocks import (
     ROLE_JOB,
     LeaseLock,
@@ -40,9 +50,50 @@ from leasecron.models.decisions import (
     decide_release,
     decide_renew,
     free_record,
+    grant_live,
+    lost_reason,
+    orphaned,
 )
-from leasecron.models.leases import parse_lease
+from leasecron.models.leases import LeaseRecord, parse_lease
 from leasecron.models.names import format_tick
+
+SKIP_CONFLICT = "conflict"
+SKIP_EXISTS = "exists"
+SKIP_UNAVAILABLE = "store_unavailable"
+SKIP_UNCERTAIN = "uncertain"
+SKIP_ERROR = "error"
+_MAYBE_WRITTEN = (Unavailable, TimeoutError)
+"""Failures after which a write may have landed (no reply: lost, timed out, reset)."""
+_FREE_RETRY_CAP = 5.0
+
+TokenFloor = Callable[[], Awaitable[int]]
+"""Reads the highest token ever on record for the job (used before creating its Lease)."""
+OrphanHandler = Callable[[Grant], Awaitable[None]]
+"""Takes over an adopted grant: run its tick, or release it."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A claim that did not get the tick: `reason` is the SKIPS label, `holder` the holder
+    the view showed. `unreachable` is True when the store could not be reached (nothing
+    known says another replica has the tick)."""
+
+    reason: str
+    holder: str = ""
+
+    @property
+    def unreachable(self) -> bool:
+        return self.reason in (SKIP_UNAVAILABLE, SKIP_UNCERTAIN)
+
+
+@dataclass(frozen=True)
+class _Uncertain:
+    """A claim whose reply was lost and whose read-back failed."""
+
+    tick: datetime
+    sent: float
+    replaced_tick: datetime | None
+    replaced_unrun: bool
 
 
 class TickLock:
@@ -61,13 +112,19 @@ class TickLock:
         job: str | None = None,
         labels: Mapping[str, str] | None = None,
         owner_reference: Mapping[str, Any] | None = None,
+        floor: TokenFloor | None = None,
+        on_orphan: OrphanHandler | None = None,
+        request_timeout: float | None = None,
     ) -> None:
         self.namespace = namespace
         self.name = name
         self.config = config
         self.identity = identity
         self.job = job or name
+        self.on_orphan = on_orphan
         self._clock = clock
+        self._floor = floor
+        self._timeout = request_timeout
         self.lease = LeaseLock.open(
             kube,
             cache,
@@ -81,22 +138,74 @@ class TickLock:
         self._log = get_logger("leasecron.coordination").bind(
             job=self.job, lease=name, namespace=namespace, identity=identity
         )
-        self._deferred: set[asyncio.Task[None]] = set()
-        self.last_skip = ""
-        """Why the last claim returned None ("" after a grant): one of the SKIPS reasons,
-        e.g. `store_unavailable` for a caller that may choose to run unguarded."""
+        self._grants: dict[int, Grant] = {}
+        """Grants handed out and not yet released: their tokens are ours on purpose."""
+        self._holding: dict[int, float] = {}
+        """Released grants held until acquire + atLeastFor (token -> local free time)."""
+        self._sending: set[int] = set()
+        self._uncertain: dict[int, _Uncertain] = {}
+        self._resolving: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._unwatch = self.lease.view.watch(namespace, name, self._changed)
+
+    # --- what is ours ------------------------------------------------------------------------
+
+    def _known(self) -> set[int]:
+        now = self._clock.monotonic()
+        holding = {token for token, free_at in self._holding.items() if free_at > now}
+        return set(self._grants) | holding | self._sending
+
+    def _record(self) -> LeaseRecord | None:
+        seen = self.lease.observe()
+        return seen.observation.record if seen is not None else None
+
+    def _changed(self, obj: dict[str, Any] | None) -> None:
+        """Every change of the Lease: grants it no longer shows are lost; an orphan of ours is
+        taken care of at once."""
+        record = parse_lease(obj) if obj is not None else None
+        for grant in list(self._grants.values()):
+            reason = lost_reason(record, identity=self.identity, token=grant.token)
+            if reason is not None:
+                self._grants.pop(grant.token, None)
+                grant.mark_lost(reason)
+        if record is None:
+            self._uncertain.clear()
+            return
+        for token in [t for t in self._uncertain if t < record.transitions]:
+            del self._uncertain[token]  # overwritten by a later claim: it is nobody's now
+        if orphaned(record, identity=self.identity, known=self._known()):
+            self._resolve_soon(record.transitions)
 
     # --- claim ------------------------------------------------------------------------------
 
     def _taken(self, tick: datetime) -> bool:
-        seen = self.lease.observe()
-        recorded = seen.observation.record.tick if seen is not None else None
-        return recorded is not None and recorded >= tick
+        record = self._record()
+        return record is not None and record.tick is not None and record.tick >= tick
 
-    def _skip(self, reason: str, tick: datetime, **details: Any) -> None:
-        self.last_skip = reason
+    def taken_by_other(self, tick: datetime) -> bool:
+        """Whether what this process knows says another replica has `tick` or runs the job
+        now: the Lease records `tick` or a later one, or another holder's grant is live."""
+        seen = self.lease.observe()
+        if seen is None:
+            return False
+        if self._taken(tick):
+            return True
+        record = seen.observation.record
+        live = grant_live(
+            seen.observation,
+            now_mono=self._clock.monotonic(),
+            fallback_s=self.config.lease_duration_s,
+        )
+        return live and record.holder != self.identity
+
+    def _skip(self, reason: str, tick: datetime, **details: Any) -> Skipped:
+        record = self._record()
+        holder = record.holder if record is not None else ""
         SKIPS.labels(namespace=self.namespace, job=self.job, reason=reason).inc()
-        self._log.debug("tick skipped", tick=format_tick(tick), reason=reason, **details)
+        self._log.debug(
+            "tick skipped", tick=format_tick(tick), reason=reason, holder=holder, **details
+        )
+        return Skipped(reason, holder)
 
     async def claim(
         self,
@@ -105,17 +214,31 @@ class TickLock:
         stagger: float = 0.0,
         starting_deadline: float | timedelta | None = None,
     ) -> Grant | None:
-        """Claim `tick`; the Grant, or None (skipped: someone else has it, or cannot now;
-        `last_skip` says why)."""
-        self.last_skip = ""
+        """`try_claim`, with None for a skip (ShedLock's `lock(config) -> Lock | None`)."""
+        result = await self.try_claim(tick, stagger=stagger, starting_deadline=starting_deadline)
+        return result if isinstance(result, Grant) else None
+
+    async def try_claim(
+        self,
+        tick: datetime,
+        *,
+        stagger: float = 0.0,
+        starting_deadline: float | timedelta | None = None,
+    ) -> Grant | Skipped:
+        """Claim `tick`: the Grant, or why not."""
         if stagger > 0 and await self.lease.view.wait_for(
             self.namespace, self.name, lambda: self._taken(tick), timeout=stagger
         ):
-            self._skip("taken", tick, waited=stagger)
-            return None
+            return self._skip("taken", tick, waited=stagger)
         if isinstance(starting_deadline, int | float):
             starting_deadline = timedelta(seconds=starting_deadline)
         seen = self.lease.observe()
+        floor = 0
+        if seen is None and self._floor is not None:
+            try:
+                floor = await self._floor()
+            except KubeError as e:
+                return self._skip(SKIP_UNAVAILABLE, tick, error=repr(e))
         decision = decide_claim(
             current=seen.observation if seen is not None else None,
             tick=tick,
@@ -126,68 +249,157 @@ class TickLock:
             name=self.name,
             namespace=self.namespace,
             starting_deadline=starting_deadline,
+            known=self._known(),
+            floor=floor,
         )
         if isinstance(decision, Skip):
-            holder = seen.observation.record.holder if seen is not None else ""
-            self._skip(decision.reason, tick, holder=holder)
-            return None
+            return self._skip(decision.reason, tick)
         return await self._send_claim(decision, seen, tick)
 
-    async def _send_claim(self, decision: Claim, seen: Seen | None, tick: datetime) -> Grant | None:
+    async def _send_claim(
+        self, decision: Claim, seen: Seen | None, tick: datetime
+    ) -> Grant | Skipped:
         sent = self._clock.monotonic()
+        replaced = seen.observation.record.tick if seen is not None else None
+        token = decision.token
+        self._sending.add(token)
         try:
             if decision.create:
-                obj = await self.lease.create(decision.record)
+                obj = await self.lease.create(decision.record, timeout=self._timeout)
             else:
-                obj = await self.lease.update(decision.record, base=seen)
+                obj = await self.lease.update(decision.record, base=seen, timeout=self._timeout)
         except Conflict:
-            self._skip("conflict", tick)
-            return None
+            return self._skip(SKIP_CONFLICT, tick)
         except AlreadyExists:
-            self._skip("exists", tick)
             await self._learn_uncached()
-            return None
-        except Unavailable as e:
-            self._skip("store_unavailable", tick, error=e.message)
-            return None
+            return self._skip(SKIP_EXISTS, tick)
+        except _MAYBE_WRITTEN as e:
+            pending = _Uncertain(tick, sent, replaced, decision.replaces_orphan)
+            return await self._read_back(token, pending, base=seen, error=e)
         except KubeError as e:
             self._log.warning("claim failed", tick=format_tick(tick), error=repr(e))
-            self._skip("error", tick)
-            return None
+            return self._skip(SKIP_ERROR, tick)
+        finally:
+            self._sending.discard(token)
         written = parse_lease(obj)
+        return self._grant(
+            written.transitions, _Uncertain(tick, sent, replaced, decision.replaces_orphan)
+        )
+
+    def _grant(self, token: int, claim: _Uncertain) -> Grant:
         grant = Grant(
-            lock=self,
-            token=written.transitions,
-            tick=tick,
+            owner=self,
+            namespace=self.namespace,
+            name=self.name,
+            token=token,
+            tick=claim.tick,
             holder=self.identity,
-            acquired_at=sent,
-            expires_at=sent + self.config.lease_duration_s,
+            acquired_at=claim.sent,
+            expires_at=claim.sent + self.config.lease_duration_s,
+            replaced_tick=claim.replaced_tick,
+            replaced_unrun=claim.replaced_unrun,
             clock=self._clock,
         )
-        self._watch_grant(grant)
-        self._log.debug("tick claimed", tick=format_tick(tick), token=grant.token)
+        self._grants[token] = grant
+        self._uncertain.pop(token, None)
+        self._log.debug("tick claimed", tick=format_tick(claim.tick), token=token)
         return grant
+
+    async def _read_back(
+        self, token: int, claim: _Uncertain, *, base: Seen | None, error: BaseException
+    ) -> Grant | Skipped:
+        """The claim's reply was lost: one GET tells whether it landed. When that fails too,
+        the claim is uncertain; if it did land, the view shows it later as our orphan."""
+        self._log.info("claim reply lost; reading the Lease back", token=token, error=repr(error))
+        try:
+            await self.lease.get(timeout=self._timeout)
+        except (KubeError, TimeoutError) as e:
+            self._uncertain[token] = claim
+            return self._skip(SKIP_UNCERTAIN, claim.tick, error=repr(e))
+        record = self._record()
+        if record is not None and record.holder == self.identity and record.transitions == token:
+            self._log.info("the lost claim landed: adopted", token=token)
+            return self._grant(token, claim)
+        unchanged = (
+            record is not None
+            and base is not None
+            and (record.resource_version == base.resource_version)
+        )
+        reason = SKIP_UNAVAILABLE if unchanged or record is None else SKIP_CONFLICT
+        return self._skip(reason, claim.tick, error=repr(error))
 
     async def _learn_uncached(self) -> None:
         """The Lease exists but the view did not know it (not selected by the cache, or the
         cache lags): one GET, so the next decision is based on it."""
         if self.lease.observe() is None:
-            with contextlib.suppress(KubeError):
-                await self.lease.get()
+            with contextlib.suppress(KubeError, TimeoutError):
+                await self.lease.get(timeout=self._timeout)
 
-    def _watch_grant(self, grant: Grant) -> None:
-        def changed(obj: dict[str, Any] | None) -> None:
-            if grant.released or grant.lost.is_set():
-                return
-            if obj is None:
-                grant.mark_lost("the Lease was deleted")
-                return
-            record = parse_lease(obj)
-            if record.holder != grant.holder or record.transitions != grant.token:
-                grant.mark_lost(f"the Lease is held by {record.holder or 'nobody'} now")
+    # --- orphans ------------------------------------------------------------------------------
 
-        unwatch = self.lease.view.watch(self.namespace, self.name, changed)
-        grant.lost.on_set(unwatch)
+    def _resolve_soon(self, token: int) -> None:
+        if token in self._resolving:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._resolve(token), name=f"orphan {self.name} {token}"
+        )
+        self._resolving[token] = task
+        task.add_done_callback(lambda _: self._resolving.pop(token, None))
+
+    async def _resolve(self, token: int) -> None:
+        """Our own grant `token` that we have no record of: adopt the uncertain claim it came
+        from, or free it (after its atLeastFor hold, if it has one)."""
+        claim = self._uncertain.pop(token, None)
+        if claim is not None:
+            grant = self._grant(token, claim)
+            self._log.warning(
+                "found our claim whose reply was lost", token=token, tick=format_tick(claim.tick)
+            )
+            if self.on_orphan is not None:
+                await self.on_orphan(grant)
+            else:
+                await self.release(grant)
+            return
+        self._log.warning("freeing a grant of ours that nothing runs under", token=token)
+        await self._free_when_possible(token, self._holding.get(token, 0.0))
+
+    async def _free_when_possible(self, token: int, free_at: float) -> None:
+        """Free our grant `token` at `free_at` (local monotonic), retrying while the store
+        cannot be reached, until it is free or no longer ours."""
+        await asyncio.sleep(max(0.0, free_at - self._clock.monotonic()))
+        delay = 0.25
+        while True:
+            seen = self.lease.observe()
+            if seen is None:
+                return
+            record = seen.observation.record
+            if lost_reason(record, identity=self.identity, token=token) is not None:
+                return
+            if token in self._grants:
+                return  # claimed for use again meanwhile (adopted)
+            try:
+                await self.lease.update(
+                    free_record(record, now_wall=self._clock.now()),
+                    base=seen,
+                    timeout=self._timeout,
+                )
+                self._holding.pop(token, None)
+                return
+            except Conflict:
+                if not await self._refresh():
+                    await asyncio.sleep(delay)
+            except (KubeError, TimeoutError) as e:
+                self._log.info("could not free our grant yet", token=token, error=repr(e))
+                await asyncio.sleep(delay)
+                delay = min(_FREE_RETRY_CAP, delay * 2)
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        async def run() -> None:
+            await coro
+
+        task = asyncio.get_running_loop().create_task(run(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # --- renew and release ----------------------------------------------------------------
 
@@ -212,35 +424,40 @@ class TickLock:
                 return False
             sent = self._clock.monotonic()
             try:
-                await self.lease.update(decision.record, base=seen)
+                await self.lease.update(decision.record, base=seen, timeout=self._timeout)
             except Conflict:
                 if attempt == 0 and await self._refresh():
                     continue
                 return False
-            except KubeError as e:
+            except (KubeError, TimeoutError) as e:
+                # No reply: the renewal may have landed; the grant is not extended locally
+                # (the conservative side), and the next renewal's conflict reads it back.
                 self._log.info("renew failed", token=grant.token, error=repr(e))
                 return False
-            grant.expires_at = sent + self.config.lease_duration_s
+            grant.extend(sent + self.config.lease_duration_s)
             return True
         return False
 
     async def _refresh(self) -> bool:
         try:
-            await self.lease.get()
-        except KubeError:
+            await self.lease.get(timeout=self._timeout)
+        except (KubeError, TimeoutError):
             return False
         return True
 
-    async def release(self, grant: Grant) -> None:
-        """Release honouring atLeastFor (see `decide_release`); a later free is scheduled."""
-        if grant.released or grant.lost.is_set():
-            grant.released = True
-            return
+    async def release(self, grant: Grant) -> ReleaseResult:
+        """Release honouring atLeastFor (see `decide_release`); says what it wrote. A grant
+        whose release cannot be written now is kept and freed as soon as the store answers."""
+        if grant.released:
+            return ReleaseResult.NOT_OURS
         grant.released = True
+        self._grants.pop(grant.token, None)
+        if grant.lost.is_set():
+            return ReleaseResult.NOT_OURS
         for attempt in range(2):
             seen = self.lease.observe()
             if seen is None:
-                return
+                return ReleaseResult.NOT_OURS
             decision = decide_release(
                 current=seen.observation.record,
                 identity=self.identity,
@@ -251,35 +468,30 @@ class TickLock:
                 now_wall=self._clock.now(),
             )
             if not isinstance(decision, Release):
-                return
+                return ReleaseResult.NOT_OURS
+            if decision.free_at is not None:
+                self._holding[grant.token] = decision.free_at
             try:
-                await self.lease.update(decision.record, base=seen)
+                await self.lease.update(decision.record, base=seen, timeout=self._timeout)
             except Conflict:
                 if attempt == 0 and await self._refresh():
                     continue
-                return
-            except KubeError as e:
-                self._log.info("release failed; the grant will expire", error=repr(e))
-                return
-            if decision.free_at is not None:
-                self._defer_free(grant, decision.free_at)
-            return
+                return self._keep(grant, decision)
+            except (KubeError, TimeoutError) as e:
+                self._log.info("release failed; freeing it when the store answers", error=repr(e))
+                return self._keep(grant, decision)
+            if decision.free_at is None:
+                return ReleaseResult.FREED
+            self._spawn(
+                self._free_when_possible(grant.token, decision.free_at), f"free {self.name}"
+            )
+            return ReleaseResult.HELD
+        return ReleaseResult.NOT_OURS
 
-    def _defer_free(self, grant: Grant, free_at: float) -> None:
-        async def free_later() -> None:
-            await asyncio.sleep(max(0.0, free_at - self._clock.monotonic()))
-            seen = self.lease.observe()
-            if seen is None:
-                return
-            record = seen.observation.record
-            if record.holder != self.identity or record.transitions != grant.token:
-                return
-            with contextlib.suppress(KubeError):
-                await self.lease.update(free_record(record, now_wall=self._clock.now()), base=seen)
-
-        task = asyncio.create_task(free_later(), name=f"free {self.name}")
-        self._deferred.add(task)
-        task.add_done_callback(self._deferred.discard)
+    def _keep(self, grant: Grant, decision: Release) -> ReleaseResult:
+        free_at = decision.free_at or 0.0
+        self._spawn(self._free_when_possible(grant.token, free_at), f"free {self.name}")
+        return ReleaseResult.KEPT
 
     def keep_alive(self, grant: Grant, *, listeners: Sequence[Listener] = ()) -> KeepAlive:
         """A KeepAlive for `grant` renewing every atMostFor / 3 (started by the caller)."""
@@ -288,9 +500,12 @@ class TickLock:
         )
 
     async def close(self) -> None:
-        """Cancel scheduled frees (the Lease then simply expires)."""
-        for task in list(self._deferred):
+        """Stop watching, cancel scheduled frees and orphan handling (the Lease then simply
+        expires)."""
+        self._unwatch()
+        tasks = [*self._tasks, *self._resolving.values()]
+        for task in tasks:
             task.cancel()
-        for task in list(self._deferred):
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task

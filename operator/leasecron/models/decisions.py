@@ -16,7 +16,7 @@ observed resourceVersion) is what makes a decision taken on a stale view harmles
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -48,10 +48,13 @@ class Skip:
 
 @dataclass(frozen=True)
 class Claim:
-    """Write `record` (create when `create`, else PUT with record.resource_version)."""
+    """Write `record` (create when `create`, else PUT with record.resource_version).
+    `replaces_orphan` is True when the version replaced is a grant of this very identity that
+    the caller does not know (a claim whose reply was lost, a release that did not land)."""
 
     record: LeaseRecord
     create: bool
+    replaces_orphan: bool = False
 
     @property
     def token(self) -> int:
@@ -124,6 +127,23 @@ def _recorded_tick(record: LeaseRecord, now_wall: datetime) -> datetime | None:
     return record.tick
 
 
+def orphaned(
+    record: LeaseRecord | None, *, identity: str, known: Collection[int] | None
+) -> bool:
+    """True when `record` shows a grant in `identity` whose token the caller has no record of
+    (`known`: the tokens it runs or holds on purpose; None: the caller keeps no such record,
+    so nothing is an orphan). Identities are unique per process
+    incarnation, so such a grant can only be this process's own claim whose reply was lost,
+    or a release that did not land: nothing runs under it, and it must not block the job."""
+    return (
+        known is not None
+        and record is not None
+        and not record.free
+        and record.holder == identity
+        and record.transitions not in known
+    )
+
+
 def decide_claim(
     *,
     current: Observation | None,
@@ -135,8 +155,14 @@ def decide_claim(
     name: str,
     namespace: str,
     starting_deadline: timedelta | None = None,
+    known: Collection[int] | None = None,
+    floor: int = 0,
 ) -> Skip | Claim:
-    """Once-per-tick claim of `tick`, DESIGN §5 steps 1, 8, 2, 3 in that order."""
+    """Once-per-tick claim of `tick`, DESIGN §5 steps 1, 8, 2, 3 in that order.
+
+    `known` are the tokens of this identity's grants the caller still runs or holds (see
+    `orphaned`); `floor` is the highest token ever on record for the job, so that a Lease
+    created again never hands out a token already used."""
     record = current.record if current is not None else None
     # 1. The Lease already records this tick or a later one: taken. This, not atLeastFor,
     #    stops a replica whose wall clock runs late from running a tick again.
@@ -147,10 +173,12 @@ def decide_claim(
     if starting_deadline is not None and now_wall > tick + starting_deadline:
         return Skip(SKIP_DEADLINE)
     # 2. A live grant (the previous run is still going, or held for atLeastFor): a job never
-    #    overlaps itself, whoever holds it.
-    if grant_live(current, now_mono=now_mono, fallback_s=config.lease_duration_s):
+    #    overlaps itself, whoever holds it. Our own orphan grant runs nothing: claim over it.
+    orphan = orphaned(record, identity=identity, known=known)
+    if not orphan and grant_live(current, now_mono=now_mono, fallback_s=config.lease_duration_s):
         return Skip(SKIP_LIVE_GRANT)
-    # 3. Claim: holder = me, acquire = renew = now, duration = atMostFor, transitions + 1.
+    # 3. Claim: holder = me, acquire = renew = now, duration = atMostFor, transitions + 1
+    #    (above the job's token floor).
     previous = record.transitions if record is not None else 0
     claimed = LeaseRecord(
         name=name,
@@ -159,19 +187,28 @@ def decide_claim(
         lease_duration_s=config.lease_duration_s,
         acquire_time=now_wall,
         renew_time=now_wall,
-        transitions=previous + 1,
+        transitions=max(previous, floor) + 1,
         tick=tick,
         resource_version=record.resource_version if record is not None else None,
     )
-    return Claim(claimed, create=record is None)
+    return Claim(claimed, create=record is None, replaces_orphan=orphan)
+
+
+def lost_reason(current: LeaseRecord | None, *, identity: str, token: int) -> str | None:
+    """The one "is it still ours?" check, for tick grants and election terms alike: None
+    while `current` shows the grant `token` of `identity`, else why it does not."""
+    if current is None:
+        return "the Lease was deleted"
+    if current.holder != identity:
+        return f"the Lease is held by {current.holder or 'nobody'} now"
+    if current.transitions != token:
+        return f"the Lease shows token {current.transitions}, not {token}"
+    return None
 
 
 def _ours(current: LeaseRecord, *, identity: str, token: int) -> Lost | None:
-    if current.holder != identity:
-        return Lost(f"the Lease is held by {current.holder or 'nobody'} now")
-    if current.transitions != token:
-        return Lost(f"the Lease shows token {current.transitions}, not {token}")
-    return None
+    reason = lost_reason(current, identity=identity, token=token)
+    return Lost(reason) if reason is not None else None
 
 
 def decide_renew(
@@ -234,10 +271,13 @@ def decide_election(
     now_wall: datetime,
     name: str,
     namespace: str,
+    floor: int = 0,
 ) -> Acquire | Renew | StandBy:
-    """One step of client-go's tryAcquireOrRenew, without the I/O."""
+    """One step of client-go's tryAcquireOrRenew, without the I/O. `floor` is the highest
+    token ever on record for the Lease's job: a new term's token is always above it."""
     duration = config.lease_duration_s
-    # 1. No Lease yet: create it holding it (transitions 0, as client-go).
+    # 1. No Lease yet: create it holding it (transitions 0 as client-go, or just above the
+    #    floor when the Lease existed before and was deleted).
     if current is None:
         record = LeaseRecord(
             name=name,
@@ -246,7 +286,7 @@ def decide_election(
             lease_duration_s=duration,
             acquire_time=now_wall,
             renew_time=now_wall,
-            transitions=0,
+            transitions=floor + 1 if floor > 0 else 0,
         )
         return Acquire(record, create=True)
     record = current.record
@@ -271,7 +311,7 @@ def decide_election(
         lease_duration_s=duration,
         acquire_time=now_wall,
         renew_time=now_wall,
-        transitions=record.transitions + 1,
+        transitions=max(record.transitions, floor) + 1,
         problems=(),
     )
     return Acquire(taken, create=False)

@@ -12,6 +12,8 @@ talk to the API server.
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from leasecron.models.names import ANNOTATION_TICK, format_tick, parse_tick
+from leasecron.models.names import ANNOTATION_TICK, ANNOTATION_TICKS, format_tick, parse_tick
 
 API_VERSION = "coordination.k8s.io/v1"
 KIND = "Lease"
@@ -262,3 +264,32 @@ def lease_body(
 def whole_seconds(seconds: float) -> int:
     """A duration as leaseDurationSeconds: rounded up, at least 1."""
     return max(1, math.ceil(seconds - 1e-9))
+
+
+def tick_marks(obj: object) -> dict[str, datetime]:
+    """The per-job tick high-water marks on a group leader Lease (annotation
+    `leasecron.dev/ticks`); entries that do not parse are left out, never raised."""
+    metadata = _mapping(obj.get("metadata")) if isinstance(obj, Mapping) else {}
+    text = _mapping(metadata.get("annotations")).get(ANNOTATION_TICKS)
+    try:
+        raw = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        return {}
+    marks: dict[str, datetime] = {}
+    for job, value in raw.items() if isinstance(raw, dict) else ():
+        try:
+            marks[str(job)] = parse_tick(str(value))
+        except ValueError:
+            continue
+    return marks
+
+
+def with_tick_marks(obj: Mapping[str, Any], marks: Mapping[str, datetime]) -> dict[str, Any]:
+    """A copy of the Lease `obj` whose tick high-water marks are `marks`."""
+    result = copy.deepcopy(dict(obj))
+    metadata = result.setdefault("metadata", {})
+    annotations = dict(_mapping(metadata.get("annotations")))
+    encoded = {job: format_tick(tick) for job, tick in sorted(marks.items())}
+    annotations[ANNOTATION_TICKS] = json.dumps(encoded, separators=(",", ":"))
+    metadata["annotations"] = annotations
+    return result

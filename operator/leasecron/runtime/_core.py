@@ -74,9 +74,13 @@ class Runtime:
         executor = ThreadPoolExecutor(
             self._settings.max_threads, thread_name_prefix="leasecron-handler"
         )
+        services = self._services(kube, executor)
         try:
-            yield self._services(kube, executor)
+            yield services
         finally:
+            # Records of unguarded runs wait for the store; give them a moment at shutdown.
+            await services.recorder.flush(timeout=min(5.0, services.grace_period))
+            await services.recorder.close()
             executor.shutdown(wait=False, cancel_futures=True)
             if self._given_kube is None:
                 await kube.close()

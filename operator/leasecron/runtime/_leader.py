@@ -2,30 +2,49 @@
 
 Owns `GroupLeader`, an Elector on `leader_lease_name(group)` that runs only while this
 replica has at least one Leader-coordinated job (so a group without one writes nothing), and
-`LeaderDispatch`, which runs a tick only on the leader. The JobRun create still deduplicates:
-around a change of leader the old and the new leader may both try a tick, and only the first
-create wins. The election timings are those of the first such job by name, read when the
-elector starts; a later change of them takes effect at the next start. Catch-up of ticks
-missed while there was no leader is not done here (there is no per-job high-water mark): the
-leader runs the latest tick (catchUp Latest/All) and the operator records the Missed ones.
+`LeaderDispatch`, which runs a tick only on the leader, through the one run-a-tick path.
+
+Before it runs tick T of a job, the leader records T as the job's high-water mark on the
+leader Lease (annotation `leasecron.dev/ticks`), conditional on the Lease still showing its
+term; a tick at or below the mark is never run again, so a new leader whose clock runs behind
+does not repeat a tick after a handover even when its JobRun was pruned. The JobRun create
+still deduplicates. The election timings are those of the first such job by name, read when
+the elector starts; a later change of them takes effect at the next start. Catch-up of ticks
+missed while there was no leader is not done here: the leader runs the latest tick
+(catchUp Latest/All) and the operator records the Missed ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime
+from enum import StrEnum
 
 from leasecron._logs import get_logger
 from leasecron.coordination import Elector, Term
-from leasecron.kube.errors import AlreadyExists, KubeError
+from leasecron.coordination._views import Seen
+from leasecron.kube.errors import Conflict, KubeError
 from leasecron.models.configs import ElectionConfig
-from leasecron.models.names import LABEL_GROUP, format_tick, leader_lease_name
+from leasecron.models.decisions import lost_reason
+from leasecron.models.leases import tick_marks, with_tick_marks
+from leasecron.models.names import LABEL_GROUP, leader_lease_name
 from leasecron.models.specs import Bucket, Coordination, ScheduledJob
 from leasecron.runtime._invoke import RunControl
-from leasecron.runtime._services import Services
+from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._ticks import TickOrder
 
 _log = get_logger("leasecron.runtime.leader")
+
+
+class Mark(StrEnum):
+    """What `GroupLeader.mark` found."""
+
+    MARKED = "marked"
+    TAKEN = "taken"  # the job's mark is at or past the tick: it ran already
+    NOT_LEADER = "not_leader"
+    UNAVAILABLE = "store_unavailable"
 
 
 def uses_leader(job: ScheduledJob) -> bool:
@@ -48,6 +67,7 @@ class GroupLeader:
         self._services = services
         self._elector: Elector | None = None
         self._stopping: set[asyncio.Task[None]] = set()
+        self._jobs: set[str] = set()
 
     @property
     def term(self) -> Term | None:
@@ -67,6 +87,7 @@ class GroupLeader:
     def ensure(self, jobs: Iterable[ScheduledJob]) -> None:
         """Start the election when a Leader-coordinated job exists, stop it when none does."""
         wanted = sorted((job for job in jobs if uses_leader(job)), key=lambda job: job.name)
+        self._jobs = {job.name for job in wanted}
         if wanted and self._elector is None:
             services = self._services
             self._elector = Elector(
@@ -85,6 +106,42 @@ class GroupLeader:
             task = asyncio.get_running_loop().create_task(elector.stop(release=True))
             self._stopping.add(task)
             task.add_done_callback(self._stopping.discard)
+
+    async def mark(self, job: str, tick: datetime) -> Mark:
+        """Record `tick` as `job`'s high-water mark on the leader Lease, conditional on the
+        Lease still showing this replica's term (marks of jobs no longer Leader-coordinated
+        here are dropped)."""
+        elector = self._elector
+        term = elector.term if elector is not None else None
+        for _ in range(3):
+            if elector is None or term is None or not term.held:
+                return Mark.NOT_LEADER
+            seen = elector.lease.observe()
+            record = seen.observation.record if seen is not None else None
+            if seen is None or record is None:
+                return Mark.NOT_LEADER
+            if lost_reason(record, identity=term.holder, token=term.token) is not None:
+                return Mark.NOT_LEADER
+            marks = tick_marks(seen.obj)
+            if job in marks and marks[job] >= tick:
+                return Mark.TAKEN
+            kept = {name: at for name, at in marks.items() if name in self._jobs}
+            base = Seen(with_tick_marks(seen.obj, {**kept, job: tick}), seen.observation)
+            try:
+                await elector.lease.update(replace(record, problems=()), base=base)
+                return Mark.MARKED
+            except Conflict:
+                pass
+            except (KubeError, TimeoutError):
+                pass  # the reply may be lost: read back below
+            try:
+                await elector.lease.get()
+            except (KubeError, TimeoutError):
+                return Mark.UNAVAILABLE
+            seen = elector.lease.observe()
+            if seen is not None and tick_marks(seen.obj).get(job) == tick:
+                return Mark.MARKED  # our write landed
+        return Mark.UNAVAILABLE
 
     async def close(self) -> None:
         """Stop leading (releasing the Lease) and wait for earlier stops."""
@@ -105,37 +162,26 @@ class LeaderDispatch:
     async def __call__(self, order: TickOrder, control: RunControl) -> None:
         services, job = self._services, order.job
         term = self._leader.term
-        if term is None:
+        if term is None or not term.held:
             services.skip(job, "not_leader", tick=order.tick)
             return
         late = services.clock.now() > order.tick + job.spec.starting_deadline
         if late and not order.planned.catch_up:
             services.skip(job, "deadline", tick=order.tick)
             return
-        try:
-            record = await services.recorder.start_tick(
-                job, tick=order.tick, holder=services.identity, token=term.token
-            )
-        except AlreadyExists:
-            services.skip(job, "exists", tick=order.tick)
-            return
-        except KubeError as e:
-            _log.warning(
-                "JobRun not created; tick not run",
-                job=job.name,
-                tick=format_tick(order.tick),
-                error=repr(e),
-            )
-            services.skip(job, "record_failed", tick=order.tick)
+        marked = await self._leader.mark(job.name, order.tick)
+        if marked is not Mark.MARKED:
+            services.skip(job, marked.value, tick=order.tick)
             return
         unlink = services.stop_when_lost(term.lost, control)
         try:
-            ctx = services.context(
-                job, tick=order.tick, token=term.token, held=lambda: not term.lost.is_set()
+            await services.run_tick(
+                job,
+                order.tick,
+                control,
+                fence=term,
+                record=RecordMode.GUARDED,
+                observe_lag=not late,
             )
-            end = await services.run_handler(job, ctx, control, observe_lag=not late)
-            if end is not None:
-                outcome, message = services.report(job, ctx, end, control)
-                await services.recorder.finish(record, outcome=outcome, message=message)
         finally:
             unlink()

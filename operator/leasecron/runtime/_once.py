@@ -1,42 +1,47 @@
-"""once-per-tick dispatch (DESIGN §5): the claim on the job's Lease (`coordination: Lock`) or
-the group's scheduler leader (`coordination: Leader`), then the JobRun, the handler, the
-outcome and the release.
+"""once-per-tick dispatch (DESIGN §5) with `coordination: Lock`: the claim on the job's Lease,
+then the run of the claimed tick (and, as its holder, the catch-up of missed ones) through the
+one run-a-tick path, then the release.
 
-With Lock, one preferred replica per tick (rendezvous rank 0 among the live members) claims at
-once and the others only after rank x step if it did not, so the API writes per run stay at
-claim + JobRun create + JobRun status + release whatever the replica count. The holder of the
-claim also handles catch-up (runs and `Missed` records, `_planning.plan_claimed`). With
-`onStoreUnavailable: RunLocally` a claim that cannot reach the store runs the handler anyway,
-on every replica, marked `Unguarded`. What it does not promise: exactly-once (DESIGN §7).
+One preferred replica per tick (rendezvous rank 0 among the live members) claims at once and
+the others only after rank x step if it did not, so the API writes per run stay at claim +
+JobRun create + JobRun status + release whatever the replica count. The holder plans catch-up
+from the tick its claim's write replaced (`Grant.replaced_tick`), never from an earlier read.
+
+While the store cannot be reached, a claim is retried until the tick's startingDeadline. With
+`onStoreUnavailable: RunLocally` a tick runs unguarded (marked `Unguarded`, recorded once the
+store answers) only when every attempt failed for `Tuning.unguarded_after` seconds and nothing
+known says another replica has it; never after its JobRun turned out to exist. Ticks that ran
+unguarded here are left out of later catch-up plans. A claim of ours whose reply was lost and
+that the lock finds later is adopted: run if its tick can still start, else released and
+recorded as Missed. What it does not promise: exactly-once (DESIGN §7).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
+from datetime import datetime
 from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron.coordination import Grant, TickLock
-from leasecron.kube.errors import AlreadyExists, KubeError
+from leasecron.coordination import Grant, Skipped, TickLock
 from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import rendezvous_rank
-from leasecron.models.names import LABEL_JOB, format_tick, job_lease_name
+from leasecron.models.names import LABEL_JOB, job_lease_name
 from leasecron.models.specs import (
-    JobRun,
-    Outcome,
     ScheduledJob,
     StoreUnavailablePolicy,
     job_label_value,
 )
-from leasecron.runtime._invoke import RunControl
-from leasecron.runtime._planning import TickPlan, plan_claimed, tick_key
-from leasecron.runtime._services import Services
+from leasecron.runtime._invoke import RunControl, StopReason
+from leasecron.runtime._planning import NextTick, TickPlan, plan_claimed, tick_key
+from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._ticks import TickOrder
 
 _log = get_logger("leasecron.runtime.once")
-UNGUARDED_RECORD_TIMEOUT = 2.0
-"""Seconds an unguarded run waits for its best-effort JobRun create."""
+_UNGUARDED_MEMORY = 1000
+"""Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
 
 
 def owner_reference(job: ScheduledJob) -> dict[str, Any] | None:
@@ -65,9 +70,12 @@ class LockDispatch:
         self._services = services
         self._lock: TickLock | None = None
         self._lock_key: tuple[Any, ...] = ()
-        self._unreleased: Grant | None = None
+        self._job: ScheduledJob | None = None
+        self._unguarded: OrderedDict[datetime, None] = OrderedDict()
+        self._adopted: set[tuple[asyncio.Task[None], RunControl]] = set()
 
     def lock_for(self, job: ScheduledJob) -> TickLock:
+        self._job = job
         config = lock_config(job)
         key = (job.uid, config)
         if self._lock is None or key != self._lock_key:
@@ -83,80 +91,135 @@ class LockDispatch:
                 job=job.name,
                 labels={LABEL_JOB: job_label_value(job.name)},
                 owner_reference=owner_reference(job),
+                floor=services.token_floor(job.name),
+                on_orphan=self._adopt,
             )
             self._lock_key = key
         return self._lock
 
     async def close(self) -> None:
+        for task, control in list(self._adopted):
+            control.request_stop(StopReason.STOPPING, grace=self._services.grace_period)
+            await asyncio.gather(task, return_exceptions=True)
         if self._lock is not None:
             await self._lock.close()
 
     async def __call__(self, order: TickOrder, control: RunControl) -> None:
         services, job = self._services, order.job
         lock = self.lock_for(job)
-        await self._release_leftover(lock)
-        seen = lock.lease.observe()
-        previous = seen.observation.record.tick if seen is not None else None
         members = services.membership.members()
         rank = rendezvous_rank(tick_key(job.name, order.tick), services.identity, members)
         deadline = None if order.planned.catch_up else job.spec.starting_deadline
-        grant = await lock.claim(
+        result = await lock.try_claim(
             order.tick, stagger=rank * services.tuning.claim_step, starting_deadline=deadline
         )
-        if grant is None:
-            # The store is out of reach when the claim said so, or when the watch on the
-            # Leases is broken (the view, and so the decision, may be stale).
-            unreachable = lock.last_skip == "store_unavailable" or not services.lease_cache.healthy
-            if unreachable and job.spec.on_store_unavailable is StoreUnavailablePolicy.RUN_LOCALLY:
-                await run_unguarded(services, order, control)
-            return
+        if isinstance(result, Skipped) and result.unreachable:
+            result = await self._claim_through_outage(lock, order, result)
+        if isinstance(result, Grant):
+            await self._run_granted(order, control, lock, result)
+        elif result.unreachable and self._may_run_locally(lock, order):
+            self._remember_unguarded(order.tick)
+            await services.run_tick(
+                job, order.tick, control, fence=None, record=RecordMode.UNGUARDED
+            )
+
+    async def _claim_through_outage(
+        self, lock: TickLock, order: TickOrder, first: Skipped
+    ) -> Grant | Skipped:
+        """Retry a claim that could not reach the store, until it gets an answer, the tick's
+        startingDeadline passes, or (RunLocally) the store has been out of reach for the
+        job's unguarded window."""
+        services, job = self._services, order.job
+        clock, tuning = services.clock, services.tuning
+        deadline = job.spec.starting_deadline
+        window = min(tuning.unguarded_after, deadline.total_seconds() / 2)
+        local = job.spec.on_store_unavailable is StoreUnavailablePolicy.RUN_LOCALLY
+        since = clock.monotonic()
+        result: Grant | Skipped = first
+        pause = tuning.claim_retry
+        while isinstance(result, Skipped) and result.unreachable:
+            if local and clock.monotonic() - since >= window:
+                return result
+            left = (order.tick + deadline - clock.now()).total_seconds()
+            if not order.planned.catch_up and left <= pause:
+                return result if local else Skipped("deadline")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            claim_deadline = None if order.planned.catch_up else deadline
+            result = await lock.try_claim(order.tick, starting_deadline=claim_deadline)
+        return result
+
+    def _may_run_locally(self, lock: TickLock, order: TickOrder) -> bool:
+        job = order.job
+        if job.spec.on_store_unavailable is not StoreUnavailablePolicy.RUN_LOCALLY:
+            return False
+        if lock.taken_by_other(order.tick):
+            self._services.skip(job, "taken", tick=order.tick)
+            return False
+        late = self._services.clock.now() > order.tick + job.spec.starting_deadline
+        if late and not order.planned.catch_up:
+            self._services.skip(job, "deadline", tick=order.tick)
+            return False
+        return True
+
+    def _remember_unguarded(self, tick: datetime) -> None:
+        self._unguarded[tick] = None
+        while len(self._unguarded) > _UNGUARDED_MEMORY:
+            self._unguarded.popitem(last=False)
+
+    async def _run_granted(
+        self, order: TickOrder, control: RunControl, lock: TickLock, grant: Grant
+    ) -> None:
+        services, job = self._services, order.job
         schedule = job.spec.parsed_schedule
         assert schedule is not None
         plan = plan_claimed(
             schedule,
-            claimed=order.tick,
-            previous=previous,
+            claimed=grant.tick,
+            previous=grant.replaced_tick,
+            previous_ran=not grant.replaced_unrun,
             not_before=order.not_before,
             catch_up=job.spec.catch_up.policy,
             max_ticks=job.spec.catch_up.max_ticks,
-        )
+        ).without(set(self._unguarded))
         watch = services.stop_when_lost(grant.lost, control)
         try:
             async with _GrantGuard(lock, grant, clock=services.clock):
                 await _record_missed(services, job, plan, grant.token)
-                await _run_plan(services, order, plan, control, grant)
+                for tick in plan.run:
+                    if control.stopping or not grant.held:
+                        return
+                    lag = tick == plan.claimed and not order.planned.catch_up
+                    await services.run_tick(
+                        job, tick, control, fence=grant, record=RecordMode.GUARDED, observe_lag=lag
+                    )
         finally:
             watch()
-            await self._release(lock, grant)
+            await grant.release()
 
-    async def _release(self, lock: TickLock, grant: Grant) -> None:
-        """Release; when the write did not happen (store out of reach) remember the grant,
-        so that the next tick frees it first instead of skipping on our own stale grant."""
-        before = lock.lease.observe()
-        await grant.release()
-        after = lock.lease.observe()
-        unchanged = (
-            before is not None
-            and after is not None
-            and (before.resource_version == after.resource_version)
-        )
-        if unchanged and not grant.lost.is_set() and _still_ours(lock, grant):
-            self._unreleased = grant
-
-    async def _release_leftover(self, lock: TickLock) -> None:
-        grant, self._unreleased = self._unreleased, None
-        if grant is None or not _still_ours(lock, grant):
+    async def _adopt(self, grant: Grant) -> None:
+        """A claim of ours whose reply was lost turned out to have landed: run its tick if it
+        can still start (and did not run unguarded here), else release it and record the
+        tick as Missed."""
+        services, job, lock = self._services, self._job, self._lock
+        if job is None or lock is None:
+            await grant.release()
             return
-        grant.released = False  # TickLock.release() writes only for a grant not yet released
-        await self._release(lock, grant)
-
-
-def _still_ours(lock: TickLock, grant: Grant) -> bool:
-    seen = lock.lease.observe()
-    if seen is None:
-        return False
-    record = seen.observation.record
-    return record.holder == grant.holder and record.transitions == grant.token
+        late = services.clock.now() > grant.tick + job.spec.starting_deadline
+        if grant.tick in self._unguarded or late:
+            await grant.release()
+            if late and grant.tick not in self._unguarded:
+                plan = TickPlan(claimed=grant.tick, run=(), missed=(grant.tick,))
+                await _record_missed(services, job, plan, grant.token)
+            return
+        control = RunControl()
+        order = TickOrder(job, NextTick(grant.tick), not_before=grant.tick)
+        task = asyncio.get_running_loop().create_task(
+            self._run_granted(order, control, lock, grant), name=f"adopted {job.name}"
+        )
+        entry = (task, control)
+        self._adopted.add(entry)
+        task.add_done_callback(lambda _: self._adopted.discard(entry))
 
 
 class _GrantGuard:
@@ -205,65 +268,3 @@ async def _record_missed(services: Services, job: ScheduledJob, plan: TickPlan, 
         written=written,
         more=plan.more_missed,
     )
-
-
-async def _run_plan(
-    services: Services, order: TickOrder, plan: TickPlan, control: RunControl, grant: Grant
-) -> None:
-    """Run each planned tick in order under one grant, each with its own JobRun."""
-    job = order.job
-    for tick in plan.run:
-        if control.stopping or not grant.held:
-            return
-        try:
-            record = await services.recorder.start_tick(
-                job, tick=tick, holder=services.identity, token=grant.token
-            )
-        except AlreadyExists:
-            services.skip(job, "exists", tick=tick)
-            continue
-        except KubeError as e:
-            _log.warning(
-                "JobRun not created; tick not run",
-                job=job.name,
-                tick=format_tick(tick),
-                error=repr(e),
-            )
-            services.skip(job, "record_failed", tick=tick)
-            continue
-        ctx = services.context(job, tick=tick, token=grant.token, held=lambda: grant.held)
-        lag = tick == plan.claimed and not order.planned.catch_up
-        end = await services.run_handler(job, ctx, control, observe_lag=lag)
-        if end is None:
-            await services.recorder.finish(record, outcome=Outcome.FAILED, message="no handler")
-            return
-        outcome, message = services.report(job, ctx, end, control)
-        await services.recorder.finish(record, outcome=outcome, message=message)
-
-
-async def run_unguarded(services: Services, order: TickOrder, control: RunControl) -> None:
-    """RunLocally: the store cannot be reached, so this replica runs the tick anyway, marked
-    Unguarded; its JobRun is best effort (the store is probably down)."""
-    job = order.job
-    deadline = job.spec.starting_deadline
-    if not order.planned.catch_up and services.clock.now() > order.tick + deadline:
-        services.skip(job, "deadline", tick=order.tick)
-        return
-    record: JobRun | None = None
-    try:
-        record = await asyncio.wait_for(
-            services.recorder.start_tick(
-                job, tick=order.tick, holder=services.identity, token=None
-            ),
-            UNGUARDED_RECORD_TIMEOUT,
-        )
-    except (KubeError, TimeoutError):
-        record = None
-    ctx = services.context(job, tick=order.tick, token=None, unguarded=True)
-    ctx.logger.warning("store unavailable: running unguarded (onStoreUnavailable: RunLocally)")
-    end = await services.run_handler(job, ctx, control)
-    if end is None:
-        return
-    outcome, message = services.report(job, ctx, end, control)
-    if record is not None:
-        await services.recorder.finish(record, outcome=outcome, message=message)

@@ -125,9 +125,7 @@ class OwnerWorker:
         services, job = self._services, self._job
         handler = services.registry.get(job.handler_name)
         start = services.clock.now()
-        ctx = services.context(
-            job, tick=start, token=term.token, held=lambda: not term.lost.is_set()
-        )
+        ctx = services.context(job, tick=start, token=term.token, held=lambda: term.held)
         call = (
             HandlerRun(handler, ctx, executor=services.executor, clock=services.clock)
             if handler is not None

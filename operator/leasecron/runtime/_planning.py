@@ -9,6 +9,7 @@ is what makes these plans safe to compute on every replica at once.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -40,6 +41,18 @@ class TickPlan:
     run: tuple[datetime, ...]
     missed: tuple[datetime, ...]
     more_missed: bool = False
+
+    def without(self, ran: Collection[datetime]) -> TickPlan:
+        """The plan less the ticks in `ran` (already run elsewhere, e.g. unguarded during an
+        outage): they are neither run again nor recorded as Missed. The claimed tick stays."""
+        if not ran:
+            return self
+        return TickPlan(
+            claimed=self.claimed,
+            run=tuple(t for t in self.run if t == self.claimed or t not in ran),
+            missed=tuple(t for t in self.missed if t not in ran),
+            more_missed=self.more_missed,
+        )
 
 
 def next_tick(
@@ -80,6 +93,7 @@ def plan_claimed(
     catch_up: CatchUpPolicy,
     max_ticks: int,
     record_limit: int = MISSED_RECORD_LIMIT,
+    previous_ran: bool = True,
 ) -> TickPlan:
     """Step 7: with the claim for `claimed` held and `previous` the tick the Lease recorded
     before it (the high-water mark; None for a first claim), decide what runs and what is
@@ -87,8 +101,12 @@ def plan_claimed(
     resume) are never missed: the job did not exist or was suspended then.
 
     None and Latest run only `claimed`; All first runs the newest `max_ticks` missed ticks in
-    order. Every other tick in between is missed.
+    order. Every other tick in between is missed. `previous_ran=False` says the recorded
+    tick was claimed but never run (a claim of this replica whose reply was lost): it then
+    counts among the missed ticks itself.
     """
+    if previous is not None and not previous_ran:
+        previous -= _EPSILON
     bounds = [moment for moment in (previous, not_before) if moment is not None]
     lower = max(bounds) if bounds else None
     if lower is None or lower >= claimed:

@@ -5,18 +5,27 @@ doubles as the per-tick run record: AlreadyExists propagates, it means someone e
 tick), the JobRun of a single-owner term, `Missed` records for skipped ticks, and the one
 status patch that finishes a run. Failures to write a finish or a Missed record are logged,
 never raised: a run that happened is not undone because its record could not be written.
+
+A create whose reply was lost may have landed: it is read back before it counts as not
+written. Records of runs that happened while the store was out of reach (unguarded runs) go
+to a backlog that is written, with retries, once the store answers again (`record_later`,
+`RECORD_BACKLOG`); the backlog lives in memory, so a replica that dies with records pending
+loses them (the operator then records those ticks as Missed).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron._metrics import MISSED, RUNS
-from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from leasecron._metrics import MISSED, RECORD_BACKLOG, RUNS
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
@@ -25,6 +34,9 @@ from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, StopReason
 
 _log = get_logger("leasecron.runtime.records")
+BACKLOG_LIMIT = 10_000
+"""Records kept for later at most; beyond it the oldest is dropped with an error log."""
+_RETRY_CAP = 10.0
 
 
 def describe_error(error: BaseException) -> str:
@@ -77,6 +89,9 @@ class Recorder:
         self.namespace = namespace
         self._clock = clock
         self.listeners: list[Callable[[RunOutcome], None]] = []
+        self._backlog: deque[tuple[JobRun, str | None]] = deque()
+        self._writer: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
 
     async def start_tick(
         self, job: ScheduledJob, *, tick: datetime, holder: str, token: int | None
@@ -100,7 +115,24 @@ class Recorder:
             await self._jobruns.create(namespace=self.namespace, body=body)
         except AlreadyExists as taken:
             await self._take_missed(run, body, taken)
+        except (Unavailable, TimeoutError) as e:
+            if not await self._landed(run):
+                raise
+            _log.info("JobRun create reply lost; it landed", jobrun=run.name, error=repr(e))
         return run
+
+    async def _landed(self, run: JobRun) -> bool:
+        """Whether our create of `run`, whose reply was lost, is in the store (a GET)."""
+        try:
+            existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
+        except KubeError:
+            return False
+        spec = (existing or {}).get("spec") or {}
+        return bool(
+            existing is not None
+            and spec.get("holder") == run.spec.holder
+            and spec.get("fencingToken") == run.spec.fencing_token
+        )
 
     async def _take_missed(self, run: JobRun, body: dict[str, Any], taken: AlreadyExists) -> None:
         existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
@@ -197,6 +229,88 @@ class Recorder:
                 )
                 break
         return written
+
+    # --- records written later ---------------------------------------------------------------
+
+    def record_later(self, run: JobRun, *, job_uid: str | None) -> None:
+        """Write `run` (with its final outcome) once the store answers; never dropped
+        silently. A `Missed` record of the same tick is taken over; any other is kept."""
+        if len(self._backlog) >= BACKLOG_LIMIT:
+            dropped, _ = self._backlog.popleft()
+            _log.error("run record backlog full; dropping the oldest", jobrun=dropped.name)
+        self._backlog.append((run, job_uid))
+        RECORD_BACKLOG.labels(self.namespace).set(len(self._backlog))
+        self._wake.set()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write_backlog(), name="leasecron record backlog"
+            )
+
+    @property
+    def backlog(self) -> int:
+        """Records waiting to be written."""
+        return len(self._backlog)
+
+    async def flush(self, *, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to `timeout` seconds for the backlog to be written; True when it is."""
+        writer = self._writer
+        if writer is not None and not writer.done():
+            await asyncio.wait([writer], timeout=timeout)
+        return not self._backlog
+
+    async def close(self) -> None:
+        """Stop writing the backlog (what is left is logged)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        if self._backlog:
+            _log.error(
+                "run records not written at shutdown",
+                jobruns=[run.name for run, _ in self._backlog],
+            )
+
+    async def _write_backlog(self) -> None:
+        delay = 0.25
+        while self._backlog:
+            run, job_uid = self._backlog[0]
+            try:
+                await self._write_final(run, job_uid)
+            except (KubeError, TimeoutError) as e:
+                _log.info("run record not written yet", jobrun=run.name, error=repr(e))
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                delay = min(_RETRY_CAP, delay * 2)
+                continue
+            delay = 0.25
+            self._backlog.popleft()
+            RECORD_BACKLOG.labels(self.namespace).set(len(self._backlog))
+
+    async def _write_final(self, run: JobRun, job_uid: str | None) -> None:
+        body = run.to_resource(job_uid=job_uid)
+        try:
+            await self._jobruns.create(namespace=self.namespace, body=body)
+            return
+        except AlreadyExists:
+            pass
+        except (Unavailable, TimeoutError):
+            if await self._landed(run):
+                return
+            raise
+        existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
+        status = (existing or {}).get("status") or {}
+        if existing is None or status.get("outcome") != Outcome.MISSED.value:
+            return  # another run of the tick is on record: it stays the record
+        version = (existing.get("metadata") or {}).get("resourceVersion")
+        patch = {
+            "metadata": {"resourceVersion": version},
+            "spec": body["spec"],
+            "status": body["status"],
+        }
+        with contextlib.suppress(Conflict):
+            await self._jobruns.patch_status(namespace=self.namespace, name=run.name, patch=patch)
 
     def count(
         self,

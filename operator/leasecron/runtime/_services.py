@@ -1,5 +1,7 @@
 """`Services`: what every job worker of one running Scheduler shares, and the helpers that
-build a run's context, run its handler and count its skips.
+build a run's context, run its handler and count its skips, and `run_tick`: the one path by
+which every dispatch (every-replica, once-per-tick under a grant or the group leader's term,
+unguarded) runs a tick: its JobRun, its context, its handler, its outcome.
 
 Owns nothing with a lifetime of its own: the scheduler core creates these objects, starts
 and stops them; workers only use them. It does not decide which replica runs a tick.
@@ -9,21 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 import structlog
 
 from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
-from leasecron.coordination import LostEvent
+from leasecron.coordination import Fence, LostEvent
+from leasecron.coordination.floors import token_floor
 from leasecron.kube.clients import Kube
+from leasecron.kube.errors import AlreadyExists, KubeError
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
-from leasecron.models.specs import Bucket, Outcome, ScheduledJob
+from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
@@ -43,6 +48,25 @@ class Tuning:
     """Seconds each rank waits before its first attempt to own a single-owner job."""
     member_duration_s: int = 15
     member_renew_every: float = 5.0
+    unguarded_after: float = 5.0
+    """onStoreUnavailable: RunLocally runs a tick unguarded only after every claim attempt
+    for it failed to reach the store for this long (at most half its startingDeadline)."""
+    claim_retry: float = 0.25
+    """First pause between claim attempts while the store cannot be reached (doubling)."""
+    unguarded_record_timeout: float = 2.0
+    """Seconds an unguarded run waits for its JobRun create before running without it."""
+
+
+class RecordMode(Enum):
+    """How a tick's run is recorded (DESIGN §4)."""
+
+    NONE = "none"
+    """every-replica: counted in metrics, not recorded."""
+    GUARDED = "guarded"
+    """Under a grant or term: the JobRun is created first; no record, no run."""
+    UNGUARDED = "unguarded"
+    """RunLocally: AlreadyExists stops the run; a create that cannot reach the store does
+    not, and the record is written later."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +158,82 @@ class Services:
         else:
             ctx.logger.info("handler finished", **fields)
         return outcome, message
+
+    async def run_tick(
+        self,
+        job: ScheduledJob,
+        tick: datetime,
+        control: RunControl,
+        *,
+        fence: Fence | None,
+        record: RecordMode,
+        observe_lag: bool = True,
+    ) -> Outcome | None:
+        """Run one tick of `job`: record it per `record`, run the handler under `control`
+        with `fence`'s token (None: no token), report and finish the record. The outcome, or
+        None when the tick was not run (another run of it is on record, or no record could
+        be made for a guarded run)."""
+        token = fence.token if fence is not None else None
+        run: JobRun | None = None
+        if record is not RecordMode.NONE:
+            try:
+                run = await self._start_record(job, tick, token=token, record=record)
+            except AlreadyExists:
+                self.skip(job, "exists", tick=tick)
+                return None
+            except (KubeError, TimeoutError) as e:
+                if record is RecordMode.GUARDED:
+                    _log.warning(
+                        "JobRun not created; tick not run",
+                        job=job.name,
+                        tick=format_tick(tick),
+                        error=repr(e),
+                    )
+                    self.skip(job, "record_failed", tick=tick)
+                    return None
+        held = (lambda: fence.held) if fence is not None else None
+        unguarded = record is RecordMode.UNGUARDED
+        ctx = self.context(job, tick=tick, token=token, held=held, unguarded=unguarded)
+        if unguarded:
+            ctx.logger.warning(
+                "store unavailable: running unguarded (onStoreUnavailable: RunLocally)"
+            )
+        end = await self.run_handler(job, ctx, control, observe_lag=observe_lag)
+        if end is None:
+            if run is not None:
+                await self.recorder.finish(run, outcome=Outcome.FAILED, message="no handler")
+            return None
+        outcome, message = self.report(job, ctx, end, control)
+        if run is not None:
+            await self.recorder.finish(run, outcome=outcome, message=message)
+        elif unguarded:
+            started = self.clock.now() - timedelta(seconds=end.duration)
+            later = JobRun.for_tick(
+                job=job.name,
+                tick=tick,
+                holder=self.identity,
+                start=started,
+                namespace=self.namespace,
+            ).finish(outcome=outcome, end=self.clock.now(), message=message)
+            self.recorder.record_later(later, job_uid=job.uid)
+        return outcome
+
+    async def _start_record(
+        self, job: ScheduledJob, tick: datetime, *, token: int | None, record: RecordMode
+    ) -> JobRun:
+        start = self.recorder.start_tick(job, tick=tick, holder=self.identity, token=token)
+        if record is RecordMode.UNGUARDED:
+            return await asyncio.wait_for(start, self.tuning.unguarded_record_timeout)
+        return await start
+
+    def token_floor(self, job: str) -> Callable[[], Awaitable[int]]:
+        """Reads the highest fencing token on record for `job`, so that a Lease created for it
+        again never hands out a token already used (DESIGN §5)."""
+
+        async def floor() -> int:
+            return await token_floor(self.kube, namespace=self.namespace, job=job)
+
+        return floor
 
     def stop_when_lost(self, lost: LostEvent, control: RunControl) -> Callable[[], None]:
         """Stop the run's handler (reason LOST) once `lost` is set, from whichever thread sets

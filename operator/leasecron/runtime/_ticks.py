@@ -21,7 +21,7 @@ from typing import Any
 from leasecron.models.specs import Bucket, CatchUpPolicy, ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._planning import NextTick, jitter_delay, next_tick
-from leasecron.runtime._services import Services
+from leasecron.runtime._services import RecordMode, Services
 
 _MAX_SLEEP = 30.0
 """Long waits are cut into pieces this long, so a wall clock that jumps is noticed."""
@@ -185,8 +185,6 @@ class EveryReplicaDispatch:
         self._services = services
 
     async def __call__(self, order: TickOrder, control: RunControl) -> None:
-        services = self._services
-        ctx = services.context(order.job, tick=order.tick, token=None)
-        end = await services.run_handler(order.job, ctx, control)
-        if end is not None:
-            services.report(order.job, ctx, end, control)
+        await self._services.run_tick(
+            order.job, order.tick, control, fence=None, record=RecordMode.NONE
+        )

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from _lease_simulation import FakeLeaseServer, simulate
 
-from leasecron.coordination import Grant, LostLockError, TickLock
+from leasecron.coordination import Grant, LostLockError, Skipped, TickLock
 from leasecron.models.clocks import FakeClock
 from leasecron.models.configs import LockConfig
 
@@ -37,14 +37,16 @@ def test_a_replica_that_sees_the_tick_taken_during_its_stagger_sends_nothing() -
     server = FakeLeaseServer(FakeClock())
     config = LockConfig(at_most_for=60)
 
-    async def main() -> tuple[Grant | None, Grant | None, int, str]:
+    async def main() -> tuple[Grant | Skipped, Grant | Skipped, int]:
         preferred, other = lock(server, "a", config), lock(server, "b", config)
-        results = await asyncio.gather(preferred.claim(TICK), other.claim(TICK, stagger=0.05))
-        return results[0], results[1], requests(other), other.last_skip
+        results = await asyncio.gather(
+            preferred.try_claim(TICK), other.try_claim(TICK, stagger=0.05)
+        )
+        return results[0], results[1], requests(other)
 
-    first, second, sent, why = simulate(server.clock, main)
-    assert first is not None and first.token == 1
-    assert (second, sent, why) == (None, 0, "taken")
+    first, second, sent = simulate(server.clock, main)
+    assert isinstance(first, Grant) and first.token == 1
+    assert (second, sent) == (Skipped("taken", "a"), 0)
 
 
 def test_keep_alive_renews_every_third_of_at_most_for() -> None:
@@ -141,9 +143,9 @@ def test_no_claim_succeeds_while_the_store_is_down() -> None:
     server = FakeLeaseServer(FakeClock())
     server.down = True
 
-    async def main() -> tuple[list[Grant | None], str]:
+    async def main() -> list[Grant | Skipped]:
         tick_lock = lock(server, "a", LockConfig(at_most_for=1))
-        grants = [await tick_lock.claim(TICK + timedelta(minutes=m)) for m in range(3)]
-        return grants, tick_lock.last_skip
+        return [await tick_lock.try_claim(TICK + timedelta(minutes=m)) for m in range(3)]
 
-    assert simulate(server.clock, main) == ([None, None, None], "store_unavailable")
+    results = simulate(server.clock, main)
+    assert all(isinstance(r, Skipped) and r.unreachable for r in results), results
