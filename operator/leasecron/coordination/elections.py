@@ -32,7 +32,7 @@ from leasecron.coordination.resourcelocks import (
     LeaseStoreLike,
 )
 from leasecron.kube.clients import Kube
-from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, Unavailable
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnknown
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.decisions import (
@@ -48,7 +48,7 @@ from leasecron.models.leases import parse_lease
 Callback = Callable[..., Any]
 TokenFloor = Callable[[], Awaitable[int]]
 _WRITE_FAILURES = (KubeError, TimeoutError)
-_MAYBE_WRITTEN = (Unavailable, TimeoutError)
+_MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 
 

@@ -38,7 +38,7 @@ from leasecron.coordination.resourcelocks import (
     LeaseStoreLike,
 )
 from leasecron.kube.clients import Kube
-from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, Unavailable
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnknown, Unavailable
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import (
@@ -62,7 +62,7 @@ SKIP_EXISTS = "exists"
 SKIP_UNAVAILABLE = "store_unavailable"
 SKIP_UNCERTAIN = "uncertain"
 SKIP_ERROR = "error"
-_MAYBE_WRITTEN = (Unavailable, TimeoutError)
+_MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 _FREE_RETRY_CAP = 5.0
 
@@ -276,6 +276,8 @@ class TickLock:
         except _MAYBE_WRITTEN as e:
             pending = _Uncertain(tick, sent, replaced, decision.replaces_orphan)
             return await self._read_back(token, pending, base=seen, error=e)
+        except Unavailable as e:
+            return self._skip(SKIP_UNAVAILABLE, tick, error=e.message)
         except KubeError as e:
             self._log.warning("claim failed", tick=format_tick(tick), error=repr(e))
             return self._skip(SKIP_ERROR, tick)

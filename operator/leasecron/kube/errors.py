@@ -57,6 +57,11 @@ class Unavailable(KubeError):
     timeouts, TLS failures mid-connection, 429 and 5xx. Worth retrying later."""
 
 
+class OutcomeUnknown(Unavailable):
+    """The request was (or may have been) sent and no reply came: a write may have landed;
+    read back before treating it as not written."""
+
+
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     urllib3.exceptions.HTTPError,
     OSError,

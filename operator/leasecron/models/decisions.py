@@ -127,9 +127,7 @@ def _recorded_tick(record: LeaseRecord, now_wall: datetime) -> datetime | None:
     return record.tick
 
 
-def orphaned(
-    record: LeaseRecord | None, *, identity: str, known: Collection[int] | None
-) -> bool:
+def orphaned(record: LeaseRecord | None, *, identity: str, known: Collection[int] | None) -> bool:
     """True when `record` shows a grant in `identity` whose token the caller has no record of
     (`known`: the tokens it runs or holds on purpose; None: the caller keeps no such record,
     so nothing is an orphan). Identities are unique per process

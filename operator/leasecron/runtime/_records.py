@@ -25,7 +25,7 @@ from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron._metrics import MISSED, RECORD_BACKLOG, RUNS
-from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, Unavailable
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, OutcomeUnknown
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
@@ -115,7 +115,7 @@ class Recorder:
             await self._jobruns.create(namespace=self.namespace, body=body)
         except AlreadyExists as taken:
             await self._take_missed(run, body, taken)
-        except (Unavailable, TimeoutError) as e:
+        except (OutcomeUnknown, TimeoutError) as e:
             if not await self._landed(run):
                 raise
             _log.info("JobRun create reply lost; it landed", jobrun=run.name, error=repr(e))
@@ -295,7 +295,7 @@ class Recorder:
             return
         except AlreadyExists:
             pass
-        except (Unavailable, TimeoutError):
+        except (OutcomeUnknown, TimeoutError):
             if await self._landed(run):
                 return
             raise
