@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Unpack
 
 from leasecron._logs import get_logger
 from leasecron._metrics import LEADER, LEADERSHIP_CHANGES
@@ -28,12 +28,12 @@ from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Term, call_listener
 from leasecron.coordination.resourcelocks import (
     ROLE_LEADER,
-    LeaseLock,
+    LeaseParty,
     LeaseStoreLike,
+    PartyOptions,
 )
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnknown
-from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.decisions import (
     Acquire,
@@ -46,13 +46,14 @@ from leasecron.models.decisions import (
 from leasecron.models.leases import parse_lease
 
 Callback = Callable[..., Any]
-TokenFloor = Callable[[], Awaitable[int]]
 _WRITE_FAILURES = (KubeError, TimeoutError)
 _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 
 
-class Elector:
+class Elector(LeaseParty):
+    role = ROLE_LEADER
+
     """Contends for one Lease forever (until stopped); leads while it holds it."""
 
     def __init__(
@@ -60,41 +61,21 @@ class Elector:
         kube: Kube | LeaseStoreLike,
         cache: LeaseCache | LeaseView | None,
         *,
-        namespace: str,
-        name: str,
         config: ElectionConfig,
-        identity: str,
-        clock: Clock = SYSTEM_CLOCK,
         on_started_leading: Callback | None = None,
         on_stopped_leading: Callback | None = None,
         on_new_leader: Callback | None = None,
-        labels: Mapping[str, str] | None = None,
-        owner_reference: Mapping[str, Any] | None = None,
         stagger: Callable[[], float] | None = None,
-        floor: TokenFloor | None = None,
+        **party: Unpack[PartyOptions],
     ) -> None:
-        self.namespace = namespace
-        self.name = name
+        super().__init__(kube, cache, **party)
         self.config = config
-        self.identity = identity
-        self._clock = clock
-        self.lease = LeaseLock.open(
-            kube,
-            cache,
-            clock=clock,
-            namespace=namespace,
-            name=name,
-            role=ROLE_LEADER,
-            labels=labels,
-            owner_reference=owner_reference,
-        )
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._on_new_leader = on_new_leader
         self._stagger = stagger
-        self._floor = floor
         self._log = get_logger("leasecron.coordination").bind(
-            lease=name, namespace=namespace, identity=identity
+            lease=self.name, namespace=self.namespace, identity=self.identity
         )
         self._term: Term | None = None
         self._last_token: int | None = None
@@ -209,14 +190,12 @@ class Elector:
 
     async def _contend(self) -> None:
         seen = self.lease.observe()
-        floor = 0
-        if seen is None and self._floor is not None:
-            try:
-                floor = await self._floor()
-            except _WRITE_FAILURES as e:
-                self._log.info("could not read the token floor", error=repr(e))
-                await self._pause()
-                return
+        try:
+            floor = await self._token_floor(seen)
+        except _WRITE_FAILURES as e:
+            self._log.info("could not read the token floor", error=repr(e))
+            await self._pause()
+            return
         decision = decide_election(
             current=seen.observation if seen is not None else None,
             leading=False,
@@ -274,11 +253,7 @@ class Elector:
 
     async def _refresh(self, timeout: float) -> bool:  # noqa: ASYNC109
         """GET the Lease after a conflict so the next decision sees what won."""
-        try:
-            await self.lease.get(timeout=max(0.01, timeout))
-        except _WRITE_FAILURES:
-            return False
-        return True
+        return await self.lease.refresh(timeout=max(0.01, timeout))
 
     async def _pause(self) -> None:
         """Wait one retryPeriod (or until stopped) after a failed write."""
@@ -354,7 +329,7 @@ class Elector:
             namespace=self.namespace,
             name=self.name,
             token=token,
-            identity=self.identity,
+            holder=self.identity,
             started_at=sent,
             expires_at=sent + self.config.renew_deadline.total_seconds(),
             clock=self._clock,

@@ -183,25 +183,8 @@ class Term(Fence):
     """One ownership term of an elector: the token is the Lease's leaseTransitions for it.
     Valid until the last successful renewal + renewDeadline (the elector extends it)."""
 
-    def __init__(
-        self,
-        *,
-        namespace: str,
-        name: str,
-        token: int,
-        identity: str,
-        started_at: float,
-        expires_at: float,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        super().__init__(
-            namespace=namespace,
-            name=name,
-            token=token,
-            holder=identity,
-            expires_at=expires_at,
-            clock=clock,
-        )
+    def __init__(self, *, started_at: float, **fence: Any) -> None:
+        super().__init__(**fence)
         self.started_at = started_at
 
     @property
@@ -248,25 +231,13 @@ class Grant(Fence):
         self,
         *,
         owner: GrantOwner,
-        namespace: str,
-        name: str,
-        token: int,
         tick: datetime,
-        holder: str,
         acquired_at: float,
-        expires_at: float,
         replaced_tick: datetime | None = None,
         replaced_unrun: bool = False,
-        clock: Clock = SYSTEM_CLOCK,
+        **fence: Any,
     ) -> None:
-        super().__init__(
-            namespace=namespace,
-            name=name,
-            token=token,
-            holder=holder,
-            expires_at=expires_at,
-            clock=clock,
-        )
+        super().__init__(**fence)
         self.tick = tick
         self.acquired_at = acquired_at
         self.replaced_tick = replaced_tick

@@ -23,23 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Grant, KeepAlive, Listener, ReleaseResult
-from leasecron.coordination.resourcelocks import (
-    ROLE_JOB,
-    LeaseLock,
-    LeaseStoreLike,
-)
+from leasecron.coordination.resourcelocks import LeaseParty, LeaseStoreLike, PartyOptions
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnknown, Unavailable
-from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import (
     Claim,
@@ -66,8 +61,6 @@ _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 _FREE_RETRY_CAP = 5.0
 
-TokenFloor = Callable[[], Awaitable[int]]
-"""Reads the highest token ever on record for the job (used before creating its Lease)."""
 OrphanHandler = Callable[[Grant], Awaitable[None]]
 """Takes over an adopted grant: run its tick, or release it."""
 
@@ -96,7 +89,7 @@ class _Uncertain:
     replaced_unrun: bool
 
 
-class TickLock:
+class TickLock(LeaseParty):
     """Claims of the ticks of one job on its Lease, by one replica (`identity`)."""
 
     def __init__(
@@ -104,39 +97,19 @@ class TickLock:
         kube: Kube | LeaseStoreLike,
         cache: LeaseCache | LeaseView | None,
         *,
-        namespace: str,
-        name: str,
         config: LockConfig,
-        identity: str,
-        clock: Clock = SYSTEM_CLOCK,
         job: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        owner_reference: Mapping[str, Any] | None = None,
-        floor: TokenFloor | None = None,
         on_orphan: OrphanHandler | None = None,
         request_timeout: float | None = None,
+        **party: Unpack[PartyOptions],
     ) -> None:
-        self.namespace = namespace
-        self.name = name
+        super().__init__(kube, cache, **party)
         self.config = config
-        self.identity = identity
-        self.job = job or name
+        self.job = job or self.name
         self.on_orphan = on_orphan
-        self._clock = clock
-        self._floor = floor
         self._timeout = request_timeout
-        self.lease = LeaseLock.open(
-            kube,
-            cache,
-            clock=clock,
-            namespace=namespace,
-            name=name,
-            role=ROLE_JOB,
-            labels=labels,
-            owner_reference=owner_reference,
-        )
         self._log = get_logger("leasecron.coordination").bind(
-            job=self.job, lease=name, namespace=namespace, identity=identity
+            job=self.job, lease=self.name, namespace=self.namespace, identity=self.identity
         )
         self._grants: dict[int, Grant] = {}
         """Grants handed out and not yet released: their tokens are ours on purpose."""
@@ -146,7 +119,7 @@ class TickLock:
         self._uncertain: dict[int, _Uncertain] = {}
         self._resolving: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._unwatch = self.lease.view.watch(namespace, name, self._changed)
+        self._unwatch = self.lease.view.watch(self.namespace, self.name, self._changed)
 
     # --- what is ours ------------------------------------------------------------------------
 
@@ -233,12 +206,10 @@ class TickLock:
         if isinstance(starting_deadline, int | float):
             starting_deadline = timedelta(seconds=starting_deadline)
         seen = self.lease.observe()
-        floor = 0
-        if seen is None and self._floor is not None:
-            try:
-                floor = await self._floor()
-            except KubeError as e:
-                return self._skip(SKIP_UNAVAILABLE, tick, error=repr(e))
+        try:
+            floor = await self._token_floor(seen)
+        except KubeError as e:
+            return self._skip(SKIP_UNAVAILABLE, tick, error=repr(e))
         decision = decide_claim(
             current=seen.observation if seen is not None else None,
             tick=tick,
@@ -441,11 +412,7 @@ class TickLock:
         return False
 
     async def _refresh(self) -> bool:
-        try:
-            await self.lease.get(timeout=self._timeout)
-        except (KubeError, TimeoutError):
-            return False
-        return True
+        return await self.lease.refresh(timeout=self._timeout)
 
     async def release(self, grant: Grant) -> ReleaseResult:
         """Release honouring atLeastFor (see `decide_release`); says what it wrote. A grant

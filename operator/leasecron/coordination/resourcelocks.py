@@ -11,13 +11,14 @@ resourceVersion the decision was based on. It does not retry.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.kube.clients import Kube
+from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LeaseStore
-from leasecron.models.clocks import Clock
+from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
 
@@ -100,6 +101,15 @@ class LeaseLock:
         """What this process knows of the Lease, without a request."""
         return self.view.seen(self.namespace, self.name)
 
+    async def refresh(self, *, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """GET the Lease into the view (after a conflict, or to read back a write whose reply
+        was lost); False when the store could not be read."""
+        try:
+            await self.get(timeout=timeout)
+        except (KubeError, TimeoutError):
+            return False
+        return True
+
     async def get(self, *, timeout: float | None = None) -> Seen | None:  # noqa: ASYNC109
         """GET the Lease (after a conflict, or when the cache does not select it)."""
         obj = await asyncio.wait_for(
@@ -148,3 +158,56 @@ class LeaseLock:
         )
         self.view.note(obj)
         return obj
+
+
+TokenFloor = Callable[[], Awaitable[int]]
+"""Reads the highest fencing token on record for a Lease's job (before creating the Lease)."""
+
+
+class PartyOptions(TypedDict, total=False):
+    """Who acts on which Lease: the keyword arguments TickLock and Elector share."""
+
+    namespace: Required[str]
+    name: Required[str]
+    identity: Required[str]
+    clock: Clock
+    labels: Mapping[str, str] | None
+    owner_reference: Mapping[str, Any] | None
+    floor: TokenFloor | None
+    """Reads the job's token floor before the Lease is created (None: no floor)."""
+
+
+class LeaseParty:
+    """One replica (`identity`) acting on one Lease through the process's shared view: what
+    TickLock and Elector have in common (the Lease, the clock, the token floor)."""
+
+    role = ROLE_JOB
+
+    def __init__(
+        self,
+        kube: Kube | LeaseStoreLike,
+        cache: LeaseCache | LeaseView | None,
+        **options: Unpack[PartyOptions],
+    ) -> None:
+        self.namespace = options["namespace"]
+        self.name = options["name"]
+        self.identity = options["identity"]
+        self._clock = options.get("clock", SYSTEM_CLOCK)
+        self._floor = options.get("floor")
+        self.lease = LeaseLock.open(
+            kube,
+            cache,
+            clock=self._clock,
+            namespace=self.namespace,
+            name=self.name,
+            role=self.role,
+            labels=options.get("labels"),
+            owner_reference=options.get("owner_reference"),
+        )
+
+    async def _token_floor(self, seen: Seen | None) -> int:
+        """The job's token floor when the Lease is to be created (it is unknown); 0 else.
+        Raises KubeError when the floor cannot be read."""
+        if seen is not None or self._floor is None:
+            return 0
+        return await self._floor()
