@@ -11,9 +11,9 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient
@@ -25,14 +25,6 @@ from leasecron.kube.leases import LeaseStore
 from leasecron.testing.faults import ENV_VAR, Fault, FaultPlan
 
 pytestmark = pytest.mark.integration
-T = TypeVar("T")
-
-
-def run(awaitable: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await awaitable
-
-    return asyncio.run(main())
 
 
 @pytest.fixture
@@ -40,7 +32,7 @@ def store(kube_api: ApiClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[Leas
     monkeypatch.delenv(ENV_VAR, raising=False)
     kube = Kube(kube_api, max_workers=4, request_timeout=5.0)
     yield LeaseStore(kube)
-    run(kube.close())
+    asyncio.run(kube.close())
 
 
 def lease(name: str, holder: str) -> dict[str, Any]:
@@ -49,12 +41,12 @@ def lease(name: str, holder: str) -> dict[str, Any]:
 
 def held_by(store: LeaseStore, namespace: str, holder: str) -> dict[str, Any]:
     """A Lease "a" created by `holder`, with the body to replace it by "replica-b"."""
-    created = run(store.create(namespace=namespace, body=lease("a", holder)))
+    created = asyncio.run(store.create(namespace=namespace, body=lease("a", holder)))
     return {**created, "spec": {**created["spec"], "holderIdentity": "replica-b"}}
 
 
 def holder_of(store: LeaseStore, namespace: str) -> str:
-    found = run(store.get(namespace=namespace, name="a"))
+    found = asyncio.run(store.get(namespace=namespace, name="a"))
     assert found is not None
     return str(found["spec"]["holderIdentity"])
 
@@ -77,7 +69,7 @@ def test_a_write_whose_reply_is_lost_lands_while_its_caller_gets_outcome_unknown
         caplog.at_level(logging.WARNING, logger="leasecron.faults"),
         pytest.raises(OutcomeUnknown, match="reply lost"),
     ):
-        run(store.replace(namespace=namespace, body=update))
+        asyncio.run(store.replace(namespace=namespace, body=update))
 
     assert holder_of(store, namespace) == "replica-b"
     assert rule.hits == 1
@@ -91,10 +83,10 @@ def test_a_create_whose_reply_is_lost_is_matched_by_the_name_in_its_body(
     store: LeaseStore, namespace: str
 ) -> None:
     store.kube.faults.add(Fault(verb="create", resource="leases", name="a", action="lose_reply"))
-    run(store.create(namespace=namespace, body=lease("other", "replica-a")))
+    asyncio.run(store.create(namespace=namespace, body=lease("other", "replica-a")))
 
     with pytest.raises(OutcomeUnknown):
-        run(store.create(namespace=namespace, body=lease("a", "replica-a")))
+        asyncio.run(store.create(namespace=namespace, body=lease("a", "replica-a")))
 
     assert holder_of(store, namespace) == "replica-a"
 
@@ -106,7 +98,7 @@ def test_a_failed_write_is_plain_unavailable_and_does_not_land(
     store.kube.faults.add(Fault(verb="*", resource="*", action="fail"))
 
     with pytest.raises(Unavailable) as caught:
-        run(store.replace(namespace=namespace, body=update))
+        asyncio.run(store.replace(namespace=namespace, body=update))
 
     assert type(caught.value) is Unavailable
     store.kube.faults.clear()
@@ -121,7 +113,7 @@ def test_an_injected_status_maps_like_the_real_one_and_does_not_land(
 
     fault = Fault(verb="update", resource="leases", action="status", status=status)
     with store.kube.faults.injected(fault), pytest.raises(Unavailable) as caught:
-        run(store.replace(namespace=namespace, body=update))
+        asyncio.run(store.replace(namespace=namespace, body=update))
 
     assert type(caught.value) is Unavailable
     assert caught.value.status == status
@@ -133,7 +125,7 @@ def test_a_delayed_write_is_held_back_and_then_lands(store: LeaseStore, namespac
     store.kube.faults.add(Fault(verb="update", resource="leases", action="delay", seconds=1.0))
 
     started = time.monotonic()
-    run(store.replace(namespace=namespace, body=update))
+    asyncio.run(store.replace(namespace=namespace, body=update))
 
     assert time.monotonic() - started >= 1.0  # a lower bound: sleep never returns early
     assert holder_of(store, namespace) == "replica-b"
@@ -146,7 +138,7 @@ def test_a_hanging_write_times_out_as_outcome_unknown_without_landing(
     rule = store.kube.faults.add(Fault(verb="update", resource="leases", action="hang"))
 
     with pytest.raises(OutcomeUnknown, match="Read timed out"):
-        run(store.replace(namespace=namespace, body=update, timeout=0.5))
+        asyncio.run(store.replace(namespace=namespace, body=update, timeout=0.5))
 
     assert rule.hits == 1
     assert holder_of(store, namespace) == "replica-a"
@@ -158,7 +150,7 @@ def test_a_hanging_read_is_unavailable_not_an_unknown_outcome(
     store.kube.faults.add(Fault(verb="get", resource="leases", name="a", action="hang"))
 
     with pytest.raises(Unavailable) as caught:
-        run(store.get(namespace=namespace, name="a", timeout=0.2))
+        asyncio.run(store.get(namespace=namespace, name="a", timeout=0.2))
 
     assert type(caught.value) is Unavailable
 
@@ -183,7 +175,7 @@ def test_a_write_whose_caller_times_out_is_outcome_unknown_and_can_still_land(
         await asyncio.wait_for(store.replace(namespace=namespace, body=update), timeout=0.1)
 
     with pytest.raises(OutcomeUnknown, match="caller stopped waiting"):
-        run(give_up_early())
+        asyncio.run(give_up_early())
 
     deadline = time.monotonic() + 30
     while holder_of(store, namespace) != "replica-b":  # the abandoned write lands later

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,14 +19,6 @@ from leasecron.testing import ClusterAccess, Proxy, Toxiproxy, kubeconfig_via
 from leasecron.testing.faults import ENV_VAR
 
 pytestmark = pytest.mark.integration
-T = TypeVar("T")
-
-
-def run(awaitable: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await awaitable
-
-    return asyncio.run(main())
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +46,18 @@ def proxied(
     kubeconfig = kubeconfig_via(controlplane, proxy, tmp_path / "kubeconfig")
     kube = Kube.from_config(kubeconfig=str(kubeconfig), max_workers=4, request_timeout=5.0)
     yield LeaseStore(kube)
-    run(kube.close())
+    asyncio.run(kube.close())
 
 
 def created(store: LeaseStore, namespace: str) -> dict[str, Any]:
     """Lease "a" held by replica-a, returned as the body that hands it to replica-b."""
     body = {"metadata": {"name": "a"}, "spec": {"holderIdentity": "replica-a"}}
-    lease = run(store.create(namespace=namespace, body=body))
+    lease = asyncio.run(store.create(namespace=namespace, body=body))
     return {**lease, "spec": {**lease["spec"], "holderIdentity": "replica-b"}}
 
 
 def holder_of(store: LeaseStore, namespace: str) -> str:
-    found = run(store.get(namespace=namespace, name="a"))
+    found = asyncio.run(store.get(namespace=namespace, name="a"))
     assert found is not None
     return str(found["spec"]["holderIdentity"])
 
@@ -73,7 +65,7 @@ def holder_of(store: LeaseStore, namespace: str) -> str:
 def test_a_kube_works_through_a_proxy(proxied: LeaseStore, namespace: str) -> None:
     update = created(proxied, namespace)
 
-    run(proxied.replace(namespace=namespace, body=update))
+    asyncio.run(proxied.replace(namespace=namespace, body=update))
 
     assert holder_of(proxied, namespace) == "replica-b"
 
@@ -85,9 +77,9 @@ def test_a_partitioned_kube_is_unavailable_until_the_proxy_heals(
     proxy.partition()
 
     with pytest.raises(Unavailable):
-        run(proxied.get(namespace=namespace, name="a"))
+        asyncio.run(proxied.get(namespace=namespace, name="a"))
     with pytest.raises(Unavailable):
-        run(proxied.replace(namespace=namespace, body=update))
+        asyncio.run(proxied.replace(namespace=namespace, body=update))
 
     proxy.heal()
     assert holder_of(proxied, namespace) == "replica-a"  # the write never got through
@@ -100,7 +92,7 @@ def test_a_write_into_a_blackhole_times_out_as_outcome_unknown(
     proxy.blackhole()
 
     with pytest.raises(OutcomeUnknown, match="timed out"):
-        run(proxied.replace(namespace=namespace, body=update, timeout=1.0))
+        asyncio.run(proxied.replace(namespace=namespace, body=update, timeout=1.0))
 
     proxy.clear()
     assert holder_of(proxied, namespace) == "replica-a"  # dropped on the way in
@@ -113,7 +105,7 @@ def test_a_write_on_a_reset_connection_has_an_unknown_outcome(
     proxy.reset_peer()
 
     with pytest.raises(OutcomeUnknown):
-        run(proxied.replace(namespace=namespace, body=update))
+        asyncio.run(proxied.replace(namespace=namespace, body=update))
 
     proxy.clear()
     assert holder_of(proxied, namespace) == "replica-a"
