@@ -56,11 +56,11 @@ class Fault:
     many requests the rule hits (None: all of them).
     """
 
+    action: Action
     verb: str = "*"
     resource: str = "*"
     name: str | None = None
     namespace: str | None = None
-    action: Action = "fail"
     status: int = 503
     seconds: float = 0.0
     times: int | None = None
@@ -95,6 +95,8 @@ class Fault:
         unknown = sorted(set(data) - set(_FIELDS))
         if unknown:
             raise ValueError(f"unknown Fault field(s) {unknown}; known: {list(_FIELDS)}")
+        if "action" not in data:
+            raise ValueError(f"Fault.action is required (one of {list(ACTIONS)}), got {data!r}")
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:

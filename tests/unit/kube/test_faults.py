@@ -26,16 +26,24 @@ def test_an_empty_plan_lets_every_request_through() -> None:
 @pytest.mark.parametrize(
     ("fault", "request_", "matches"),
     [
-        (Fault(verb="update", resource="leases"), {}, True),
-        (Fault(verb="*", resource="*"), {"verb": "watch", "resource": "jobruns"}, True),
-        (Fault(verb="create", resource="leases"), {}, False),
-        (Fault(verb="update", resource="jobruns"), {}, False),
-        (Fault(verb="update", resource="leases", name="a"), {}, True),
-        (Fault(verb="update", resource="leases", name="b"), {}, False),
-        (Fault(verb="update", resource="leases", namespace="other"), {}, False),
-        (Fault(verb="get", resource="leases", name="a"), {"verb": "list", "name": None}, False),
-        (Fault(resource="jobruns"), {"resource": "jobruns/status"}, False),
-        (Fault(resource="jobruns/status"), {"resource": "jobruns/status"}, True),
+        (Fault(action="fail", verb="update", resource="leases"), {}, True),
+        (
+            Fault(action="fail", verb="*", resource="*"),
+            {"verb": "watch", "resource": "jobruns"},
+            True,
+        ),
+        (Fault(action="fail", verb="create", resource="leases"), {}, False),
+        (Fault(action="fail", verb="update", resource="jobruns"), {}, False),
+        (Fault(action="fail", verb="update", resource="leases", name="a"), {}, True),
+        (Fault(action="fail", verb="update", resource="leases", name="b"), {}, False),
+        (Fault(action="fail", verb="update", resource="leases", namespace="other"), {}, False),
+        (
+            Fault(action="fail", verb="get", resource="leases", name="a"),
+            {"verb": "list", "name": None},
+            False,
+        ),
+        (Fault(action="fail", resource="jobruns"), {"resource": "jobruns/status"}, False),
+        (Fault(action="fail", resource="jobruns/status"), {"resource": "jobruns/status"}, True),
     ],
 )
 def test_a_rule_hits_only_requests_matching_all_its_fields(
@@ -70,7 +78,7 @@ def test_the_first_rule_that_fires_wins_and_later_ones_take_over_when_it_is_spen
 
 def test_removed_cleared_and_block_scoped_rules_stop_hitting_and_are_lifted() -> None:
     plan = FaultPlan()
-    kept = plan.add(Fault(verb="get", resource="leases"))
+    kept = plan.add(Fault(verb="get", resource="leases", action="fail"))
     removed = plan.add(Fault(action="hang"))
     plan.remove(removed)
     assert removed.lifted.is_set() and hit(plan) is None
@@ -104,7 +112,7 @@ def test_a_bad_fault_is_refused_naming_the_field_and_value(
     fields: dict[str, Any], named: str
 ) -> None:
     with pytest.raises(ValueError, match="^" + named.replace("[", r"\[").replace("(", r"\(")):
-        Fault(**fields)
+        Fault(**{"action": "fail", **fields})
 
 
 def test_an_unknown_field_in_json_is_refused_by_name() -> None:
@@ -112,8 +120,16 @@ def test_an_unknown_field_in_json_is_refused_by_name() -> None:
         Fault.from_dict({"acton": "fail"})
 
 
+def test_a_fault_without_an_action_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"Fault\.action is required"):
+        Fault.from_dict({"verb": "update", "resource": "leases"})
+
+
 def test_a_written_plan_loads_back_as_the_same_faults(tmp_path: Path) -> None:
-    faults = [Fault(verb="update", resource="leases", action="lose_reply", times=1), Fault()]
+    faults = [
+        Fault(verb="update", resource="leases", action="lose_reply", times=1),
+        Fault(action="status", status=429, after=2),
+    ]
     plan = FaultPlan()
     for fault in faults:
         plan.add(fault)
