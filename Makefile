@@ -26,6 +26,7 @@ venv: $(STAMP)
 
 controlplane:
 	@bash e2e/controlplane/build.sh >/dev/null
+	@bash e2e/toxiproxy/build.sh >/dev/null
 
 lint: venv
 	$(BIN)/ruff check .

@@ -54,6 +54,11 @@ API_REQUESTS = Counter(
     "Requests to the Kubernetes API by verb, resource and status code.",
     ["verb", "resource", "code"],
 )
+INJECTED_FAULTS = Counter(
+    "leasecron_injected_faults_total",
+    "Requests that a test fault plan (leasecron.testing.faults) failed, delayed or cut short.",
+    ["verb", "resource", "action"],
+)
 
 
 def serve(port: int, *, addr: str = "0.0.0.0") -> None:

@@ -2,13 +2,14 @@
 
 `collection_path` and `object_path` build the REST paths of the Kubernetes API conventions;
 `describe` turns a method, path and query back into the (verb, resource) pair used as metric
-labels. Names are quoted; nothing here checks that the resource exists.
+labels, and `target` into the (namespace, name) it addresses. Names are quoted; nothing
+here checks that the resource exists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -86,6 +87,19 @@ def describe(method: str, path: str, query: Mapping[str, str] | None = None) -> 
     else:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
     return verb, resource
+
+
+def target(path: str) -> tuple[str | None, str | None]:
+    """(namespace, name) a request path addresses; None for what it does not name (a
+    collection has no name, a cluster-scoped object no namespace)."""
+    segments = _resource_segments(path)
+    namespace = None
+    if len(segments) >= 2 and segments[0] == "namespaces":
+        if len(segments) == 2:  # the Namespace object itself
+            return None, unquote(segments[1])
+        namespace, segments = unquote(segments[1]), segments[2:]
+    name = unquote(segments[1]) if len(segments) >= 2 else None
+    return namespace, name
 
 
 def is_write(method: str) -> bool:

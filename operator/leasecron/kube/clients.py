@@ -4,12 +4,18 @@ It reuses the official `kubernetes` client for everything about *how* to connect
 and in-cluster loading, TLS, client certificates, bearer tokens and their refresh) and sends
 raw JSON itself: dicts in, dicts out, errors mapped by `errors.map_error`. Blocking requests run
 in a bounded thread pool; `request()` is the async face of the one blocking implementation.
+Each request has its own timeout (`timeout=`, default `request_timeout`), enforced by urllib3
+in the sending thread, so no caller needs `asyncio.wait_for` around a request.
 
 Every request is counted (`request_count`, per-method counts, and the Prometheus counter
 API_REQUESTS{verb,resource,code}). What it does not do: retry. A connection that cannot be
 opened is retried once by urllib3 (nothing was sent); everything else surfaces as a KubeError
-so the caller decides. Not-yet-sent requests are safe to repeat; a write that timed out may or
-may not have happened (the callers only send conditional writes, so a repeat is harmless).
+so the caller decides. Not-yet-sent requests are safe to repeat; a write that may have reached
+the server without a reply (including one whose caller was cancelled while it was in flight)
+raises `OutcomeUnknown`: it may have landed, so read back before treating it as not written.
+
+Every Kube has a `faults` FaultPlan (empty unless $LEASECRON_FAULTS names a file when it is
+built): the seam through which tests fail, delay or cut short chosen requests.
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ import kubernetes.config
 import urllib3
 
 from leasecron._metrics import API_REQUESTS
-from leasecron.kube._paths import collection_path, describe, is_write, object_path
-from leasecron.kube.errors import KubeError, map_error, status_error
+from leasecron.kube import _injection
+from leasecron.kube._paths import collection_path, describe, is_write, object_path, target
+from leasecron.kube.errors import KubeError, OutcomeUnknown, map_error, status_error
+from leasecron.kube.faults import FaultPlan
 
 __all__ = ["Kube", "WatchStream", "collection_path", "object_path"]
 
@@ -123,6 +131,7 @@ class Kube:
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="leasecron-kube")
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self.faults: FaultPlan = FaultPlan.from_env()
 
     @classmethod
     def from_config(
@@ -181,13 +190,33 @@ class Kube:
         body: object | None = None,
         query: Mapping[str, str] | None = None,
         content_type: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  # urllib3's own, in the sending thread
     ) -> dict[str, Any]:
         """Send one request from the pool; the parsed JSON response (`{}` when empty).
-        Raises KubeError subclasses."""
+        `timeout`: seconds for this request (default `request_timeout`). Raises KubeError
+        subclasses; a write cancelled while in flight raises OutcomeUnknown, not
+        CancelledError (a queued one that never started stays CancelledError)."""
         call = functools.partial(
-            self.request_sync, method, path, body=body, query=query, content_type=content_type
+            self.request_sync,
+            method,
+            path,
+            body=body,
+            query=query,
+            content_type=content_type,
+            timeout=timeout,
         )
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        future = self._executor.submit(call)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError as e:
+            if future.cancel() or not is_write(method):
+                raise  # never started, or a read: nothing can land
+            verb, resource = describe(method, path, query)
+            raise OutcomeUnknown(
+                f"{verb} {resource} {path}: the caller stopped waiting while the write was in "
+                "flight; it may still land",
+                reason="CallerGaveUp",
+            ) from e
 
     def request_sync(
         self,
@@ -197,10 +226,21 @@ class Kube:
         body: object | None = None,
         query: Mapping[str, str] | None = None,
         content_type: str | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """`request()`, blocking the calling thread."""
+        if timeout is None:
+            timeout = self.request_timeout
+        elif isinstance(timeout, bool) or not timeout > 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         response = self._send(
-            method, path, body=body, query=query, content_type=content_type, stream=False
+            method,
+            path,
+            body=body,
+            query=query,
+            content_type=content_type,
+            stream=False,
+            timeout=timeout,
         )
         data = response.data
         if not data:
@@ -216,9 +256,8 @@ class Kube:
     def stream_lines(self, path: str, *, query: Mapping[str, str]) -> WatchStream:
         """Open a streaming GET (a watch) and return its non-empty lines, blocking. The read
         timeout is the query's timeoutSeconds plus a margin, so a silent dead peer ends it."""
-        timeout_seconds = float(query.get("timeoutSeconds", 300))
-        timeout = urllib3.Timeout(connect=self.request_timeout, read=timeout_seconds + 30.0)
-        response = self._send("GET", path, query=query, stream=True, timeout=timeout)
+        read_timeout = float(query.get("timeoutSeconds", 300)) + 30.0
+        response = self._send("GET", path, query=query, stream=True, timeout=read_timeout)
         return WatchStream(response)
 
     def _send(
@@ -230,31 +269,51 @@ class Kube:
         query: Mapping[str, str] | None = None,
         content_type: str | None = None,
         stream: bool,
-        timeout: urllib3.Timeout | None = None,
+        timeout: float,
     ) -> urllib3.BaseHTTPResponse:
+        """Send one request; `timeout` is the total for a plain request, the read timeout
+        (between chunks) for a stream. Applies the fault plan's rule when one fires."""
         method = method.upper()
         verb, resource = describe(method, path, query)
+        write = is_write(method)
         with self._lock:
             self._counts[method] += 1
-        headers = self._headers(method, path, content_type=content_type, has_body=body is not None)
         url = self.api_client.configuration.host + path
         if query:
             url = f"{url}?{urlencode(dict(query))}"
+        namespace, name = target(path)
+        if name is None and verb == "create" and isinstance(body, dict):
+            name = (body.get("metadata") or {}).get("name")
+        # Faults that raise here send nothing, so they count only in INJECTED_FAULTS.
+        rule = self.faults.match(verb=verb, resource=resource, name=name, namespace=namespace)
+        if rule is not None:
+            _injection.before_sending(
+                rule, verb=verb, resource=resource, name=name, write=write, url=url, timeout=timeout
+            )
+        headers = self._headers(method, path, content_type=content_type, has_body=body is not None)
         payload = None if body is None else _encode(body)
+        if stream:
+            limits = urllib3.Timeout(connect=self.request_timeout, read=timeout)
+        else:
+            limits = urllib3.Timeout(total=timeout)
         try:
             response = self.api_client.rest_client.pool_manager.request(
                 method,
                 url,
                 body=payload,
                 headers=headers,
-                timeout=timeout or urllib3.Timeout(total=self.request_timeout),
+                timeout=limits,
                 retries=_RETRIES,
                 preload_content=not stream,
             )
         except Exception as e:
             API_REQUESTS.labels(verb=verb, resource=resource, code="error").inc()
-            raise map_error(e) from e
+            raise map_error(e, write=write) from e
         API_REQUESTS.labels(verb=verb, resource=resource, code=str(response.status)).inc()
+        if rule is not None and rule.fault.action == "lose_reply":
+            response.close()
+            response.release_conn()
+            raise _injection.reply_lost(rule, verb=verb, resource=resource, name=name, write=write)
         if not 200 <= response.status < 300:
             raw = response.data if not stream else response.read()
             response.release_conn()

@@ -2,13 +2,20 @@
 
 `map_error` is the one place where HTTP statuses, `kubernetes` client exceptions, urllib3
 transport errors and OSErrors become these classes; every caller does
-`raise map_error(e) from e`. What this module does not promise: that the list of statuses is
-exhaustive. Anything it does not recognise becomes a plain `KubeError`, never a silent success.
+`raise map_error(e) from e` (with `write=True` for a request that changes state). What this
+module does not promise: that the list of statuses is exhaustive. Anything it does not
+recognise becomes a plain `KubeError`, never a silent success.
+
+For writes it separates "not sent" from "outcome unknown": a failure that proves the request
+never left (connection refused, connect timeout, name resolution, an injected "fail", any HTTP
+status reply) is a plain `Unavailable`; one that may have come after the request reached the
+server (read timeout, connection reset or closed after sending) is `OutcomeUnknown`.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import urllib3.exceptions
@@ -58,8 +65,18 @@ class Unavailable(KubeError):
 
 
 class OutcomeUnknown(Unavailable):
-    """The request was (or may have been) sent and no reply came: a write may have landed;
-    read back before treating it as not written."""
+    """The request was (or may have been) sent and no reply came: a write may have landed.
+    Read back before treating it as not written. Raised for writes only (POST, PUT, PATCH,
+    DELETE): after a read timeout, a connection reset or closed after sending, a reply lost
+    to an injected fault, or a caller that stopped waiting while the write was in flight."""
+
+
+# Transport failures that prove the request never left this process.
+_NOT_SENT: tuple[type[BaseException], ...] = (
+    urllib3.exceptions.ConnectTimeoutError,  # includes NewConnectionError, NameResolutionError
+    ConnectionRefusedError,
+    socket.gaierror,
+)
 
 
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
@@ -103,11 +120,20 @@ def _from_status(status: int, reason: str, message: str) -> KubeError:
     return KubeError(text, status=status, reason=reason)
 
 
-def map_error(exc: BaseException) -> KubeError:
+def _root_cause(exc: BaseException) -> BaseException:
+    """The transport error inside urllib3's MaxRetryError wrapper (itself when none)."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        return exc.reason
+    return exc
+
+
+def map_error(exc: BaseException, *, write: bool = False) -> KubeError:
     """The KubeError for `exc`: the one mapping from HTTP status and transport failures.
 
     Accepts `kubernetes` ApiExceptions (status 0 means the client never got a response),
-    urllib3 errors, OSErrors and KubeErrors (returned unchanged).
+    urllib3 errors, OSErrors and KubeErrors (returned unchanged). `write`: the failed request
+    changes state, so a transport failure that may have come after sending is
+    `OutcomeUnknown` rather than a plain `Unavailable`.
     """
     if isinstance(exc, KubeError):
         return exc
@@ -115,10 +141,17 @@ def map_error(exc: BaseException) -> KubeError:
         status = int(exc.status or 0)
         reason, message = _status_details(exc.body)
         if status == 0:
-            return Unavailable(message or str(exc.reason or exc), reason="NoResponse")
+            text = message or str(exc.reason or exc)
+            if write:
+                return OutcomeUnknown(f"{text} (a write may have landed)", reason="NoResponse")
+            return Unavailable(text, reason="NoResponse")
         return _from_status(status, reason, message or str(exc.reason or ""))
     if isinstance(exc, _TRANSPORT_ERRORS):
-        return Unavailable(f"{type(exc).__name__}: {exc}", reason="Unreachable")
+        cause = _root_cause(exc)
+        text = f"{type(cause).__name__}: {cause}"
+        if write and not isinstance(cause, _NOT_SENT):
+            return OutcomeUnknown(f"{text} (a write may have landed)", reason="NoReply")
+        return Unavailable(text, reason="Unreachable")
     return KubeError(f"{type(exc).__name__}: {exc}")
 
 

@@ -4,7 +4,8 @@ The coordination layer parses what it gets with `models.leases.parse_lease` and 
 with `models.leases.lease_body`; this module only moves them over HTTP. It enforces the one
 rule of the Lease protocol that belongs to I/O: every update carries the observed
 resourceVersion (`replace` raises ValueError before sending anything otherwise). It does not
-decide who may write: that is the coordination layer's job.
+decide who may write: that is the coordination layer's job. `timeout=` on get/create/replace
+bounds one request in its sending thread (never wrap these in `asyncio.wait_for`).
 """
 
 from __future__ import annotations
@@ -50,26 +51,46 @@ class LeaseStore:
         """The Leases collection path, e.g. for an Informer (None: all namespaces)."""
         return self._objects.collection(namespace=namespace)
 
-    async def get(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109  # per-request urllib3 timeout
+    ) -> dict[str, Any] | None:
         """The Lease, or None when there is none."""
-        return await self._objects.get(namespace=namespace, name=name)
+        return await self._objects.get(namespace=namespace, name=name, timeout=timeout)
 
     async def list(
         self, *, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
         return await self._objects.list(namespace=namespace, label_selector=label_selector)
 
-    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Create the Lease; AlreadyExists when it is there already."""
+    async def create(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109  # per-request urllib3 timeout
+    ) -> dict[str, Any]:
+        """Create the Lease; AlreadyExists when it is there already, OutcomeUnknown when it
+        may have been created without a reply."""
         return await self._objects.create(
-            namespace=namespace, body=_with_namespace(namespace, body)
+            namespace=namespace, body=_with_namespace(namespace, body), timeout=timeout
         )
 
-    async def replace(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def replace(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109  # per-request urllib3 timeout
+    ) -> dict[str, Any]:
         """PUT the Lease conditionally on body.metadata.resourceVersion, which MUST be set
-        (ValueError otherwise, before any request); Conflict when it is stale."""
+        (ValueError otherwise, before any request); Conflict when it is stale,
+        OutcomeUnknown when it may have landed without a reply."""
         return await self._objects.replace(
-            namespace=namespace, body=_with_namespace(namespace, body)
+            namespace=namespace, body=_with_namespace(namespace, body), timeout=timeout
         )
 
     async def delete(

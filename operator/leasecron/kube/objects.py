@@ -49,10 +49,18 @@ class ObjectStore:
             subresource=subresource,
         )
 
-    async def get(self, *, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """The object, or None when it does not exist."""
+    async def get(
+        self,
+        *,
+        namespace: str | None,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109  # per-request urllib3 timeout
+    ) -> dict[str, Any] | None:
+        """The object, or None when it does not exist. `timeout`: seconds for the request
+        (default: the Kube's request_timeout)."""
         try:
-            return await self.kube.request("GET", self.path(namespace=namespace, name=name))
+            path = self.path(namespace=namespace, name=name)
+            return await self.kube.request("GET", path, timeout=timeout)
         except NotFound:
             return None
 
@@ -64,13 +72,25 @@ class ObjectStore:
         result = await self.kube.request("GET", self.collection(namespace=namespace), query=query)
         return list(result.get("items") or [])
 
-    async def create(self, *, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(
+        self,
+        *,
+        namespace: str | None,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109  # per-request urllib3 timeout
+    ) -> dict[str, Any]:
         """POST `body`; AlreadyExists when the name is taken."""
         _metadata(body)
-        return await self.kube.request("POST", self.collection(namespace=namespace), body=body)
+        path = self.collection(namespace=namespace)
+        return await self.kube.request("POST", path, body=body, timeout=timeout)
 
     async def replace(
-        self, *, namespace: str | None, body: dict[str, Any], subresource: str | None = None
+        self,
+        *,
+        namespace: str | None,
+        body: dict[str, Any],
+        subresource: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  # per-request urllib3 timeout
     ) -> dict[str, Any]:
         """PUT `body`, conditional on its metadata.resourceVersion (ValueError, before any
         request, when it is missing); Conflict when that version is stale."""
@@ -81,7 +101,7 @@ class ObjectStore:
         if not name:
             raise ValueError("replace needs body.metadata.name")
         path = self.path(namespace=namespace, name=str(name), subresource=subresource)
-        return await self.kube.request("PUT", path, body=body)
+        return await self.kube.request("PUT", path, body=body, timeout=timeout)
 
     async def patch(
         self,

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     )
     from leasecron.testing._processes import ControlPlaneError
     from leasecron.testing._rbac import PolicyRule, create_serviceaccount
+    from leasecron.testing._toxiproxy import Proxy, Toxiproxy, kubeconfig_via
     from leasecron.testing.controlplane import ControlPlane
+    from leasecron.testing.faults import Fault, FaultPlan, FaultRule
 
 _EXPORTS = {
     "ClusterAccess": "leasecron.testing._access",
@@ -52,6 +54,12 @@ _EXPORTS = {
     "PolicyRule": "leasecron.testing._rbac",
     "create_serviceaccount": "leasecron.testing._rbac",
     "ControlPlane": "leasecron.testing.controlplane",
+    "Fault": "leasecron.testing.faults",
+    "FaultPlan": "leasecron.testing.faults",
+    "FaultRule": "leasecron.testing.faults",
+    "Proxy": "leasecron.testing._toxiproxy",
+    "Toxiproxy": "leasecron.testing._toxiproxy",
+    "kubeconfig_via": "leasecron.testing._toxiproxy",
 }
 
 __all__ = [
@@ -61,13 +69,19 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "ExistingCluster",
+    "Fault",
+    "FaultPlan",
+    "FaultRule",
     "PolicyRule",
+    "Proxy",
+    "Toxiproxy",
     "apply_leasecron_crds",
     "apply_manifests",
     "cache_dir",
     "create_serviceaccount",
     "ensure_assets",
     "find_assets",
+    "kubeconfig_via",
     "load_manifests",
     "wait_crd_established",
     "write_kubeconfig",

@@ -16,6 +16,7 @@ from leasecron.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
+    OutcomeUnknown,
     Unavailable,
     map_error,
     status_error,
@@ -100,6 +101,60 @@ def test_transport_failures_mean_the_store_is_unavailable(exc: BaseException) ->
 
     assert type(error) is Unavailable
     assert error.status is None
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConnectionResetError(104, "Connection reset by peer"),
+        TimeoutError("timed out"),
+        urllib3.exceptions.ProtocolError("Connection aborted."),
+        urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."),  # type: ignore[arg-type]
+        urllib3.exceptions.MaxRetryError(
+            None,  # type: ignore[arg-type]
+            "/api",
+            reason=urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."),  # type: ignore[arg-type]
+        ),
+        urllib3.exceptions.SSLError("EOF occurred in violation of protocol"),
+        ApiException(status=0, reason="no response"),
+    ],
+)
+def test_a_write_that_may_have_reached_the_server_has_an_unknown_outcome(
+    exc: BaseException,
+) -> None:
+    error = map_error(exc, write=True)
+
+    assert type(error) is OutcomeUnknown
+    assert isinstance(error, Unavailable)  # still "the store is unavailable" to old callers
+    assert "may have landed" in error.message
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConnectionRefusedError(111, "Connection refused"),
+        urllib3.exceptions.NewConnectionError(None, "Connection refused"),  # type: ignore[arg-type]
+        urllib3.exceptions.ConnectTimeoutError(None, "/api", "connect timed out"),
+        urllib3.exceptions.MaxRetryError(
+            None,  # type: ignore[arg-type]
+            "/api",
+            reason=urllib3.exceptions.NewConnectionError(None, "Connection refused"),  # type: ignore[arg-type]
+        ),
+        urllib3.exceptions.NameResolutionError("nowhere.invalid", None, OSError("no name")),  # type: ignore[arg-type]
+    ],
+)
+def test_a_write_that_provably_never_left_is_plain_unavailable(exc: BaseException) -> None:
+    error = map_error(exc, write=True)
+
+    assert type(error) is Unavailable
+
+
+def test_a_status_reply_to_a_write_is_never_an_unknown_outcome() -> None:
+    error = map_error(
+        ApiException(status=503, body=_status_body(503, "ServiceUnavailable")), write=True
+    )
+
+    assert type(error) is Unavailable
 
 
 def test_a_kube_error_is_returned_unchanged() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leasecron.kube._paths import describe, is_write
+from leasecron.kube._paths import describe, is_write, target
 from leasecron.kube.clients import collection_path, object_path
 
 
@@ -97,3 +97,21 @@ def test_a_request_is_named_by_its_verb_and_resource(
 )
 def test_only_state_changing_methods_count_as_writes(method: str, writes: bool) -> None:
     assert is_write(method) is writes
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/apis/coordination.k8s.io/v1/namespaces/ns/leases/a", ("ns", "a")),
+        ("/apis/coordination.k8s.io/v1/namespaces/ns/leases", ("ns", None)),
+        ("/apis/leasecron.dev/v1/namespaces/ns/jobruns/r%2Fx/status", ("ns", "r/x")),
+        ("/apis/leasecron.dev/v1/jobruns", (None, None)),
+        ("/api/v1/namespaces/ns", (None, "ns")),
+        ("/api/v1/nodes/n1", (None, "n1")),
+        ("/readyz", (None, None)),
+    ],
+)
+def test_a_request_path_names_the_namespace_and_object_it_addresses(
+    path: str, expected: tuple[str | None, str | None]
+) -> None:
+    assert target(path) == expected
