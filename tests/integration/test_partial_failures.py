@@ -64,7 +64,7 @@ async def _stop(elector: Elector, informer: Informer) -> None:
 
 
 async def _stall(seconds: float) -> None:
-    time.sleep(seconds)  # blocks the whole event loop, as a long GC pause or a hung call would
+    time.sleep(seconds)  # noqa: ASYNC251 - blocks the loop, as a long GC pause or a hung call would
 
 
 def test_a_stalled_leader_no_longer_holds_its_term_once_renew_deadline_has_passed(

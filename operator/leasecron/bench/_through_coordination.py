@@ -87,15 +87,33 @@ class CountingStore:
         self._store = store
         self.requests = 0
 
-    async def get(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any] | None:
         self.requests += 1
         return await self._store.get(namespace=namespace, name=name)
 
-    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
         self.requests += 1
         return await self._store.create(namespace=namespace, body=body)
 
-    async def replace(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def replace(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
         self.requests += 1
         return await self._store.replace(namespace=namespace, body=body)
 

@@ -10,7 +10,6 @@ resourceVersion the decision was based on. It does not retry.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
@@ -29,13 +28,33 @@ LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER})"
 
 
 class LeaseStoreLike(Protocol):
-    """The part of `kube.leases.LeaseStore` a lock uses (tests pass an in-memory one)."""
+    """The part of `kube.leases.LeaseStore` a lock uses (tests pass an in-memory one).
+    `timeout` bounds one request in the sending thread: a write that times out raises
+    OutcomeUnknown (it may have landed), never a silent abandon."""
 
-    async def get(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
+    async def get(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any] | None: ...
 
-    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    async def create(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]: ...
 
-    async def replace(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    async def replace(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]: ...
 
 
 def lease_store(kube: Kube | LeaseStoreLike) -> LeaseStoreLike:
@@ -112,9 +131,7 @@ class LeaseLock:
 
     async def get(self, *, timeout: float | None = None) -> Seen | None:  # noqa: ASYNC109
         """GET the Lease (after a conflict, or when the cache does not select it)."""
-        obj = await asyncio.wait_for(
-            self.store.get(namespace=self.namespace, name=self.name), timeout
-        )
+        obj = await self.store.get(namespace=self.namespace, name=self.name, timeout=timeout)
         if obj is None:
             self.view.forget(self.namespace, self.name)
         else:
@@ -138,9 +155,7 @@ class LeaseLock:
         """Create the Lease holding `record`; AlreadyExists when someone was first."""
         body = self.body(record, base=None)
         body["metadata"].pop("resourceVersion", None)
-        obj = await asyncio.wait_for(
-            self.store.create(namespace=self.namespace, body=body), timeout
-        )
+        obj = await self.store.create(namespace=self.namespace, body=body, timeout=timeout)
         self.view.note(obj)
         return obj
 
@@ -152,10 +167,8 @@ class LeaseLock:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
         """PUT `record` conditionally on its resourceVersion; Conflict when it is stale."""
-        obj = await asyncio.wait_for(
-            self.store.replace(namespace=self.namespace, body=self.body(record, base=base)),
-            timeout,
-        )
+        body = self.body(record, base=base)
+        obj = await self.store.replace(namespace=self.namespace, body=body, timeout=timeout)
         self.view.note(obj)
         return obj
 

@@ -11,8 +11,10 @@ Every request is counted (`request_count`, per-method counts, and the Prometheus
 API_REQUESTS{verb,resource,code}). What it does not do: retry. A connection that cannot be
 opened is retried once by urllib3 (nothing was sent); everything else surfaces as a KubeError
 so the caller decides. Not-yet-sent requests are safe to repeat; a write that may have reached
-the server without a reply (including one whose caller was cancelled while it was in flight)
-raises `OutcomeUnknown`: it may have landed, so read back before treating it as not written.
+the server without a reply raises `OutcomeUnknown`: it may have landed, so read back before
+treating it as not written. A caller that cancels a write in flight (or times out around
+it) gets CancelledError (TimeoutError): cancellation always propagates, and the write may
+still land.
 
 Every Kube has a `faults` FaultPlan (empty unless $LEASECRON_FAULTS names a file when it is
 built): the seam through which tests fail, delay or cut short chosen requests.
@@ -36,12 +38,14 @@ import kubernetes.client
 import kubernetes.config
 import urllib3
 
+from leasecron._logs import get_logger
 from leasecron._metrics import API_REQUESTS
 from leasecron.kube import _injection
 from leasecron.kube._paths import collection_path, describe, is_write, object_path, target
-from leasecron.kube.errors import KubeError, OutcomeUnknown, map_error, status_error
+from leasecron.kube.errors import KubeError, map_error, status_error
 from leasecron.kube.faults import FaultPlan
 
+_log = get_logger("leasecron.kube")
 __all__ = ["Kube", "WatchStream", "collection_path", "object_path"]
 
 # Connections that could not be opened are retried once; nothing else is retried here.
@@ -194,8 +198,9 @@ class Kube:
     ) -> dict[str, Any]:
         """Send one request from the pool; the parsed JSON response (`{}` when empty).
         `timeout`: seconds for this request (default `request_timeout`). Raises KubeError
-        subclasses; a write cancelled while in flight raises OutcomeUnknown, not
-        CancelledError (a queued one that never started stays CancelledError)."""
+        subclasses. Cancelling the call (or a caller-side timeout) does not stop a write
+        already in flight: it may still land, and callers read back before relying on it
+        not having happened. Prefer `timeout=`, which ends the request itself."""
         call = functools.partial(
             self.request_sync,
             method,
@@ -208,15 +213,14 @@ class Kube:
         future = self._executor.submit(call)
         try:
             return await asyncio.wrap_future(future)
-        except asyncio.CancelledError as e:
-            if future.cancel() or not is_write(method):
-                raise  # never started, or a read: nothing can land
-            verb, resource = describe(method, path, query)
-            raise OutcomeUnknown(
-                f"{verb} {resource} {path}: the caller stopped waiting while the write was in "
-                "flight; it may still land",
-                reason="CallerGaveUp",
-            ) from e
+        except asyncio.CancelledError:
+            if not future.cancel() and is_write(method):
+                # Cancellation propagates (a task that was cancelled must stop), but the write
+                # may still land: callers that gave up on a write read back before relying
+                # on it not having happened (a caller-side timeout reaches them as TimeoutError).
+                verb, _ = describe(method, path, query)
+                _log.info("gave up on a write in flight; it may still land", verb=verb, path=path)
+            raise
 
     def request_sync(
         self,

@@ -166,14 +166,32 @@ class FakeClient:
     def request_count(self) -> int:
         return sum(self.requests.values())
 
-    async def get(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any] | None:
         self.requests["get"] += 1
         return self.server.get(namespace, name)
 
-    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
         self.requests["create"] += 1
         return self.server.create(namespace, body, self.name)
 
-    async def replace(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def replace(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
         self.requests["replace"] += 1
         return self.server.replace(namespace, body, self.name)
