@@ -36,7 +36,7 @@ from leasecron.runtime._invoke import HandlerEnd, StopReason
 _log = get_logger("leasecron.runtime.records")
 BACKLOG_LIMIT = 10_000
 """Records kept for later at most; beyond it the oldest is dropped with an error log."""
-_RETRY_CAP = 10.0
+_RETRY_CAP = 2.0
 
 
 def describe_error(error: BaseException) -> str:
@@ -255,6 +255,7 @@ class Recorder:
         """Wait up to `timeout` seconds for the backlog to be written; True when it is."""
         writer = self._writer
         if writer is not None and not writer.done():
+            self._wake.set()  # try again now rather than after the current back-off
             await asyncio.wait([writer], timeout=timeout)
         return not self._backlog
 
