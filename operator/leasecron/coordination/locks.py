@@ -95,7 +95,7 @@ class TickLock:
 
     def _skip(self, reason: str, tick: datetime, **details: Any) -> None:
         self.last_skip = reason
-        SKIPS.labels(namespace=self.namespace, job=self.job, reason=reason).inc()
+        SKIPS.labels(job_namespace=self.namespace, scheduled_job=self.job, reason=reason).inc()
         self._log.debug("tick skipped", tick=format_tick(tick), reason=reason, **details)
 
     async def claim(
