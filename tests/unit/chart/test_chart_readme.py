@@ -47,3 +47,14 @@ def test_a_changed_comment_makes_the_readme_stale() -> None:
     changed = values.replace("# Number of operator replicas.", "# How many operators.", 1)
     assert changed != values
     assert render.rendered_readme(readme, changed) != readme
+
+
+def test_every_relative_link_of_the_readmes_points_at_a_file_of_the_repository() -> None:
+    import re
+
+    missing = []
+    for readme in (ROOT / "README.md", CHART / "README.md", ROOT / "docs" / "rbac.md"):
+        for target in re.findall(r"\]\(([^)#\s]+)", readme.read_text(encoding="utf-8")):
+            if "://" not in target and not (readme.parent / target).exists():
+                missing.append(f"{readme.relative_to(ROOT)}: {target}")
+    assert missing == []
