@@ -25,7 +25,7 @@ from leasecron.cli._kubectl import (
     show,
     target_options,
 )
-from leasecron.cli._status import ago, human_delta, time_of
+from leasecron.cli._status import ago, human_delta, run_start, time_of
 from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.objects import ObjectStore
@@ -97,17 +97,12 @@ def lease_rows(
     return rows
 
 
-def _run_start(obj: Mapping[str, Any]) -> str:
-    spec = mapping(obj.get("spec"))
-    return str(spec.get("start") or spec.get("tick") or "")
-
-
 def run_rows(
     objs: Sequence[Mapping[str, Any]], *, now: datetime, with_namespace: bool, wide: bool = False
 ) -> list[list[str]]:
     """Newest run first."""
     rows = []
-    for obj in sorted(objs, key=_run_start, reverse=True):
+    for obj in sorted(objs, key=run_start, reverse=True):
         metadata, spec, status = (mapping(obj.get(k)) for k in ("metadata", "spec", "status"))
         token = spec.get("fencingToken")
         start, end = time_of(spec.get("start")), time_of(status.get("end"))
@@ -185,7 +180,7 @@ def runs(
         selector = f"{LABEL_JOB}={job_label_value(job)}"
         objs = await store.list(namespace=target.namespace, label_selector=selector)
         if output in ("json", "yaml"):
-            return render_objects(sorted(objs, key=_run_start, reverse=True), output)
+            return render_objects(sorted(objs, key=run_start, reverse=True), output)
         if not objs:
             where = "any namespace" if target.namespace is None else f"namespace {target.namespace}"
             return f"No JobRuns of {job} in {where}."

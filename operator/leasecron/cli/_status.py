@@ -13,6 +13,7 @@ live: it judges expiry by the Lease's renewTime on this machine's clock, as a pe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -90,6 +91,12 @@ def until(moment: datetime | None, now: datetime) -> str:
     return f"in {human_delta(delta)}" if delta >= 0 else f"{human_delta(delta)} late"
 
 
+def run_start(run: Mapping[str, Any]) -> str:
+    """A JobRun's sort key: its start, else its tick (RFC 3339 strings sort as times)."""
+    spec = mapping(run.get("spec"))
+    return str(spec.get("start") or spec.get("tick") or "")
+
+
 def live_holder(record: LeaseRecord | None, now: datetime) -> str:
     """The Lease's holder while its grant runs (renewTime + duration after `now`), else ""."""
     if record is None or record.free or record.renew_time is None:
@@ -129,7 +136,8 @@ class Cluster:
         return any(live_holder(parse_lease(o), now) for o in operators)
 
 
-def _grant_lease(namespace: str, name: str, spec: Mapping[str, Any]) -> str | None:
+def _grant_lease(name: str, spec: Mapping[str, Any]) -> str | None:
+    """The Lease whose holder runs the job: its own, or its group leader's."""
     bucket = spec.get("bucket")
     if bucket == "single-owner":
         return job_lease_name(name)
@@ -140,9 +148,19 @@ def _grant_lease(namespace: str, name: str, spec: Mapping[str, Any]) -> str | No
     return None
 
 
+def _handlers(obj: Mapping[str, Any]) -> list[str]:
+    raw = mapping(mapping(obj.get("metadata")).get("annotations")).get(ANNOTATION_HANDLERS)
+    try:
+        handlers = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return []
+    return [str(h) for h in handlers] if isinstance(handlers, list) else []
+
+
 def _covering_replicas(
-    cluster: Cluster, namespace: str, spec: Mapping[str, Any], name: str, now: datetime
+    cluster: Cluster, *, namespace: str, name: str, spec: Mapping[str, Any], now: datetime
 ) -> int:
+    """Live member Leases of the job's group whose replica registered the job's handler."""
     group, handler = str(spec.get("group") or "default"), str(spec.get("handler") or name)
     count = 0
     for obj in cluster.leases:
@@ -152,8 +170,7 @@ def _covering_replicas(
             continue
         if labels.get(LABEL_GROUP) != group or not live_holder(parse_lease(obj), now):
             continue
-        handlers = str(mapping(metadata.get("annotations")).get(ANNOTATION_HANDLERS) or "")
-        if f'"{handler}"' in handlers:
+        if handler in _handlers(obj):
             count += 1
     return count
 
@@ -162,10 +179,10 @@ def fallback_status(obj: Mapping[str, Any], cluster: Cluster, *, now: datetime) 
     """The status columns of one job as Leases and JobRuns tell them, without the operator."""
     metadata, spec = mapping(obj.get("metadata")), mapping(obj.get("spec"))
     namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-    grant = _grant_lease(namespace, name, spec)
+    grant = _grant_lease(name, spec)
     status: dict[str, Any] = {
         "holder": live_holder(cluster.lease(namespace, grant), now) if grant else "",
-        "replicas": _covering_replicas(cluster, namespace, spec, name, now),
+        "replicas": _covering_replicas(cluster, namespace=namespace, name=name, spec=spec, now=now),
     }
     runs = [
         r
@@ -174,12 +191,7 @@ def fallback_status(obj: Mapping[str, Any], cluster: Cluster, *, now: datetime) 
         and mapping(r.get("spec")).get("job") == name
     ]
     if runs:
-        newest = max(
-            runs,
-            key=lambda r: str(
-                mapping(r.get("spec")).get("start") or mapping(r.get("spec")).get("tick") or ""
-            ),
-        )
+        newest = max(runs, key=run_start)
         run_spec, run_status = mapping(newest.get("spec")), mapping(newest.get("status"))
         status["lastRun"] = {
             "tick": run_spec.get("tick"),
