@@ -1,11 +1,14 @@
 """The chart's CRDs across a release's life, on a control plane of this module's own (a CRD
 belongs to one release, and the session's shared cluster has its CRDs installed otherwise):
 `helm install` creates them, `helm upgrade` with a CRD that gained a field serves that field,
-and `helm uninstall` leaves them, and every ScheduledJob, in place."""
+`helm uninstall` leaves them, and every ScheduledJob, in place, and the chart README's
+commands hand kept CRDs to a new release."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,3 +131,61 @@ def test_install_creates_the_crds_upgrade_serves_a_new_field_and_uninstall_keeps
         "leasecron.dev", "v1alpha1", namespace, "scheduledjobs", "poller"
     )
     assert job["spec"][NEW_FIELD] == "payments"
+
+
+def test_kept_crds_are_handed_to_a_new_release_as_the_chart_readme_says(
+    helm: Helm, plane: ControlPlane, api: client.ApiClient
+) -> None:
+    namespace = "leasecron-again"
+    client.CoreV1Api(api).create_namespace(
+        body=client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+    )
+    if not _crds_present(api):  # else kept by the first test's release, which is gone
+        old = install(helm, kubeconfig=plane.kubeconfig, namespace=namespace, sets=(), crds=True)
+        helm.run("uninstall", old.name, "-n", namespace, kubeconfig=plane.kubeconfig)
+    for name in CRD_NAMES:
+        wait_crd_established(api, name=name)
+    refused = helm.run(
+        "install",
+        "leasecron-new",
+        str(CHART),
+        "-n",
+        namespace,
+        kubeconfig=plane.kubeconfig,
+        check=False,
+    )
+    assert refused.returncode != 0 and "invalid ownership metadata" in refused.stderr
+
+    kubectl = str(ensure_assets(names=("kubectl",)).binary("kubectl"))
+    for command in _readme_adoption_commands(release="leasecron-new", namespace=namespace):
+        subprocess.run(
+            [kubectl, "--kubeconfig", str(plane.kubeconfig), *command[1:]],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    helm.run("install", "leasecron-new", str(CHART), "-n", namespace, kubeconfig=plane.kubeconfig)
+
+    for name in CRD_NAMES:
+        annotations = _crd(api, name).metadata.annotations
+        assert annotations["meta.helm.sh/release-name"] == "leasecron-new"
+
+
+def _crds_present(api: client.ApiClient) -> bool:
+    names = {
+        crd.metadata.name
+        for crd in client.ApiextensionsV1Api(api).list_custom_resource_definition().items
+    }
+    return set(CRD_NAMES) <= names
+
+
+def _readme_adoption_commands(*, release: str, namespace: str) -> list[list[str]]:
+    """The `kubectl label`/`kubectl annotate` commands of the chart README, for `release`."""
+    text = (CHART / "README.md").read_text(encoding="utf-8")
+    block = text.split("```sh\nkubectl label --overwrite crd", 1)[1].split("```", 1)[0]
+    joined = ("kubectl label --overwrite crd" + block).replace("\\\n", " ")
+    joined = joined.replace("release-name=leasecron ", f"release-name={release} ")
+    joined = joined.replace("release-namespace=leasecron-system", f"release-namespace={namespace}")
+    commands = [shlex.split(line) for line in joined.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["kubectl", "label"], ["kubectl", "annotate"]]
+    return commands
