@@ -1,6 +1,8 @@
 """The Helm chart with the real helm binary: it lints, renders what each set of values asks
-for, installs into a real API server (CRDs Established, RBAC granting exactly what the
-operator and the application pods need, checked with SubjectAccessReviews) and uninstalls.
+for, installs into a real API server (RBAC granting exactly what the operator and the
+application pods need, checked with SubjectAccessReviews) and uninstalls. Releases here
+install no CRDs (see chart_helpers); the CRD templates are tested in test_chart_crds.py and
+test_chart_rendering.py.
 
 There is no kubelet, so the operator's pods never start: these tests look at objects and
 permissions, not at a running operator.
