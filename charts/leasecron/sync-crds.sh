@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Refreshes the chart's copy of the CRDs from the repository's source of truth (crds/).
-# Helm installs whatever is in charts/leasecron/crds/ verbatim, so the copy must match
-# byte for byte; tests/unit/chart/test_chart_static.py checks that it does.
+# templates/crds.yaml renders the copy in files/crds/ (Helm can only read files inside the
+# chart), so it must match byte for byte; tests/unit/chart/test_chart_static.py checks that it
+# does.
 #
 #   charts/leasecron/sync-crds.sh
 set -euo pipefail
 
 chart="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source_dir="$chart/../../crds"
-target_dir="$chart/crds"
+target_dir="$chart/files/crds"
 
 shopt -s nullglob
 sources=("$source_dir"/*.yaml)

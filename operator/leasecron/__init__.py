@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from leasecron._version import __version__
 
 if TYPE_CHECKING:
+    from leasecron._metrics import MetricsServer, serve_metrics
     from leasecron.coordination import (
         BackgroundLoop,
         Elector,
@@ -64,6 +65,8 @@ _EXPORTS = {
     "TickLock": "leasecron.coordination",
     "lease_informer": "leasecron.coordination",
     "make_identity": "leasecron.models.identity",
+    "MetricsServer": "leasecron._metrics",
+    "serve_metrics": "leasecron._metrics",
 }
 
 __all__ = [
@@ -77,6 +80,7 @@ __all__ = [
     "KeepAlive",
     "LockConfig",
     "LostLockError",
+    "MetricsServer",
     "RunResult",
     "Scheduler",
     "Skipped",
@@ -88,6 +92,7 @@ __all__ = [
     "__version__",
     "lease_informer",
     "make_identity",
+    "serve_metrics",
 ]
 
 

@@ -1,53 +1,74 @@
-"""Prometheus metrics shared by the library and the operator, defined once here.
+"""Prometheus metrics shared by the library and the operator, defined once here, and the
+/metrics endpoint (`serve_metrics`).
 
-Names are part of the product: dashboards and alerts depend on them.
+Names and labels are part of the product: dashboards and alerts depend on them. No metric has
+a label named `job`, `namespace` or `instance`: Prometheus sets `job` and `instance` on every
+scraped series, and a Kubernetes scrape config adds `namespace` (the pod's), renaming the
+target's own labels to `exported_*` on a clash. A job's labels are `job_namespace` and
+`scheduled_job`; a Lease's are `lease_namespace` and `lease`.
+
+Does not promise: that the endpoint is authenticated (bind it to a pod port, not a public one).
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from leasecron._version import __version__
+
+JOB_LABELS = ("job_namespace", "scheduled_job")
+LEASE_LABELS = ("lease_namespace", "lease")
 
 RUNS = Counter(
     "leasecron_runs_total",
     "Handler runs by outcome (Succeeded, Failed, LostLock, Unguarded, ...).",
-    ["namespace", "job", "bucket", "outcome"],
+    [*JOB_LABELS, "bucket", "outcome"],
 )
 SKIPS = Counter(
     "leasecron_skips_total",
     "Ticks this replica did not run, by reason (taken, live_grant, conflict, exists, ...).",
-    ["namespace", "job", "reason"],
+    [*JOB_LABELS, "reason"],
 )
 MISSED = Counter(
     "leasecron_missed_runs_total",
     "Ticks that no replica started before startingDeadline.",
-    ["namespace", "job"],
+    list(JOB_LABELS),
+)
+LAST_SUCCESS = Gauge(
+    "leasecron_last_success_timestamp_seconds",
+    "Unix time of the end of the job's last successful run (status.lastSuccessfulTime).",
+    list(JOB_LABELS),
 )
 RUN_DURATION = Histogram(
     "leasecron_run_duration_seconds",
     "Handler run time.",
-    ["namespace", "job", "bucket"],
+    [*JOB_LABELS, "bucket"],
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600),
 )
 START_LAG = Histogram(
     "leasecron_start_lag_seconds",
     "Time from the scheduled tick to the handler start.",
-    ["namespace", "job", "bucket"],
+    [*JOB_LABELS, "bucket"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
 )
 LEADER = Gauge(
     "leasecron_leader",
     "1 while this process holds the Lease as leader or single-owner, else 0.",
-    ["namespace", "lease"],
+    list(LEASE_LABELS),
 )
 LEADERSHIP_CHANGES = Counter(
     "leasecron_leadership_transitions_total",
     "Times this process started or stopped leading a Lease.",
-    ["namespace", "lease", "event"],
+    [*LEASE_LABELS, "event"],
 )
 RECORD_BACKLOG = Gauge(
     "leasecron_record_backlog",
     "Run records (JobRuns) waiting to be written because the API server could not be reached.",
-    ["namespace"],
+    ["job_namespace"],
 )
 API_REQUESTS = Counter(
     "leasecron_api_requests_total",
@@ -59,9 +80,41 @@ INJECTED_FAULTS = Counter(
     "Requests that a test fault plan (leasecron.testing.faults) failed, delayed or cut short.",
     ["verb", "resource", "action"],
 )
+BUILD_INFO = Gauge(
+    "leasecron_build_info",
+    "Always 1; the version label is the leasecron version of this process.",
+    ["version"],
+)
+BUILD_INFO.labels(version=__version__).set(1)
+
+
+@dataclass(frozen=True)
+class MetricsServer:
+    """A running /metrics endpoint; `close()` stops it."""
+
+    port: int
+    _server: WSGIServer
+    _thread: threading.Thread
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve_metrics(port: int = 9090, *, addr: str = "0.0.0.0") -> MetricsServer:
+    """Serve every leasecron metric (and the process's default ones) in the Prometheus text
+    format on http://addr:port/metrics, from a daemon thread, and return the server; port 0
+    picks a free one (see `.port`). One call per process, before or after the Scheduler
+    starts:
+
+        leasecron.serve_metrics(9090)
+    """
+    server, thread = start_http_server(port, addr=addr)
+    return MetricsServer(port=int(server.server_address[1]), _server=server, _thread=thread)
 
 
 def serve(port: int, *, addr: str = "0.0.0.0") -> None:
-    """Expose /metrics on `port` (0 disables)."""
+    """Expose /metrics on `port` (0 disables); what `leasecron operator --metrics-port` does."""
     if port:
-        start_http_server(port, addr=addr)
+        serve_metrics(port, addr=addr)

@@ -1,6 +1,8 @@
 """The Helm chart with the real helm binary: it lints, renders what each set of values asks
-for, installs into a real API server (CRDs Established, RBAC granting exactly what the
-operator and the application pods need, checked with SubjectAccessReviews) and uninstalls.
+for, installs into a real API server (RBAC granting exactly what the operator and the
+application pods need, checked with SubjectAccessReviews) and uninstalls. Releases here
+install no CRDs (see chart_helpers); the CRD templates are tested in test_chart_crds.py and
+test_chart_rendering.py.
 
 There is no kubelet, so the operator's pods never start: these tests look at objects and
 permissions, not at a running operator.
@@ -8,36 +10,24 @@ permissions, not at a running operator.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
 import secrets
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import click
 import pytest
-import yaml
+from chart_helpers import CHART, Helm, Release, install, installed
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from leasecron.cli import main
-from leasecron.testing import (
-    KUBERNETES_VERSION,
-    Assets,
-    ClusterAccess,
-    ensure_assets,
-    wait_crd_established,
-)
+from leasecron.testing import Assets, ClusterAccess, ensure_assets
 
 pytestmark = pytest.mark.integration
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "leasecron"
-CRD_NAMES = ("scheduledjobs.leasecron.dev", "jobruns.leasecron.dev")
 OPERATOR_CONCERNS = ("scheduledjobs", "leases", "events")
 RECOMMENDED_LABELS = (
     "app.kubernetes.io/name",
@@ -46,54 +36,6 @@ RECOMMENDED_LABELS = (
     "app.kubernetes.io/managed-by",
     "helm.sh/chart",
 )
-
-
-# -- running helm -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Helm:
-    """The helm binary with its own cache/config/data homes, so nothing of the user's leaks in."""
-
-    binary: Path
-    home: Path
-
-    def run(
-        self, *args: str, kubeconfig: Path | None = None, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        env = {
-            **os.environ,
-            "HELM_CACHE_HOME": str(self.home / "cache"),
-            "HELM_CONFIG_HOME": str(self.home / "config"),
-            "HELM_DATA_HOME": str(self.home / "data"),
-        }
-        if kubeconfig is not None:
-            env["KUBECONFIG"] = str(kubeconfig)
-        completed = subprocess.run(
-            [str(self.binary), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if check and completed.returncode != 0:
-            pytest.fail(f"helm {' '.join(args)} exited {completed.returncode}:\n{completed.stderr}")
-        return completed
-
-    def template(self, *sets: str, namespace: str = "leasecron-system") -> list[dict[str, Any]]:
-        """`helm template` with `--set` pairs; every rendered object, CRDs excluded."""
-        args = ["template", "leasecron", str(CHART), "--namespace", namespace]
-        for pair in sets:
-            args += ["--set", pair]
-        rendered = self.run(*args, *self.offline).stdout
-        return [doc for doc in yaml.safe_load_all(rendered) if doc]
-
-    @property
-    def offline(self) -> tuple[str, ...]:
-        """Flags for commands without a cluster: the Kubernetes version to render for (a helm
-        built with `go install` otherwise assumes v1.20, below the chart's kubeVersion)."""
-        return ("--kube-version", KUBERNETES_VERSION)
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +80,9 @@ def _container(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
         ("operator.namespaces={team-a,team-b}",),
         ("app.namespaces={billing}", "app.serviceAccounts[0].name=billing-api"),
         ("replicaCount=1", "prometheus.servicemonitor.enabled=true"),
+        ("prometheus.prometheusRule.enabled=true", "crds.keep=false"),
     ],
-    ids=["defaults", "namespaced", "app-rbac", "single-replica-servicemonitor"],
+    ids=["defaults", "namespaced", "app-rbac", "single-replica-servicemonitor", "rules"],
 )
 def test_helm_lint_passes_in_strict_mode(helm: Helm, sets: tuple[str, ...]) -> None:
     args = ["lint", "--strict", str(CHART)]
@@ -465,41 +408,6 @@ def other_namespace(kube_api: client.ApiClient) -> Iterator[str]:
     core.delete_namespace(name=name, propagation_policy="Background")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Release:
-    """An installed release of the chart: its name, namespace and fullname prefix."""
-
-    name: str
-    namespace: str
-
-    @property
-    def operator_serviceaccount(self) -> str:
-        return f"{self.namespace}/{self.name}-operator"
-
-
-def _install(helm: Helm, *, kubeconfig: Path, namespace: str, sets: Sequence[str]) -> Release:
-    # The release name contains "leasecron", so it is also the prefix of every object name,
-    # and is unique so cluster-scoped objects of concurrent releases never collide.
-    release = Release(name=f"leasecron-{secrets.token_hex(3)}", namespace=namespace)
-    args = ["install", release.name, str(CHART), "--namespace", namespace]
-    for pair in sets:
-        args += ["--set", pair]
-    helm.run(*args, kubeconfig=kubeconfig)
-    return release
-
-
-@contextlib.contextmanager
-def _installed(
-    helm: Helm, *, cluster: ClusterAccess, namespace: str, sets: Sequence[str] = ()
-) -> Iterator[Release]:
-    """A release installed for the duration of the `with` block."""
-    release = _install(helm, kubeconfig=cluster.kubeconfig, namespace=namespace, sets=sets)
-    try:
-        yield release
-    finally:
-        helm.run("uninstall", release.name, "-n", namespace, kubeconfig=cluster.kubeconfig)
-
-
 def _app_sets(namespace: str) -> list[str]:
     """Values binding the app ClusterRole to ServiceAccount `app` in `namespace` only."""
     return [f"app.namespaces={{{namespace}}}", "app.serviceAccounts[0].name=app"]
@@ -541,17 +449,15 @@ def _release_objects(api: client.ApiClient, release: Release) -> dict[str, bool]
     }
 
 
-def test_helm_install_creates_established_crds_and_every_object_and_uninstall_removes_them(
+def test_helm_install_creates_every_object_and_uninstall_removes_them(
     helm: Helm, controlplane: ClusterAccess, kube_api: client.ApiClient, namespace: str
 ) -> None:
-    release = _install(
+    release = install(
         helm,
         kubeconfig=controlplane.kubeconfig,
         namespace=namespace,
         sets=_app_sets(namespace),
     )
-    for crd in CRD_NAMES:
-        wait_crd_established(kube_api, name=crd)
     created = _release_objects(kube_api, release)
     assert created == dict.fromkeys(created, True)
 
@@ -561,15 +467,13 @@ def test_helm_install_creates_established_crds_and_every_object_and_uninstall_re
 
     remaining = _release_objects(kube_api, release)
     assert remaining == dict.fromkeys(remaining, False)
-    for crd in CRD_NAMES:  # Helm never deletes CRDs: that would delete every user's jobs.
-        wait_crd_established(kube_api, name=crd)
 
 
-def test_a_cluster_wide_install_lets_the_operator_keep_status_and_leases_everywhere(
+def test_a_cluster_wide_install_lets_the_operator_keep_status_everywhere_but_not_write_leases(
     helm: Helm, controlplane: ClusterAccess, kube_api: client.ApiClient, namespace: str
 ) -> None:
     elsewhere = f"{namespace}-elsewhere"
-    with _installed(helm, cluster=controlplane, namespace=namespace) as release:
+    with installed(helm, cluster=controlplane, namespace=namespace) as release:
         _assert_access(
             kube_api,
             serviceaccount=release.operator_serviceaccount,
@@ -578,8 +482,13 @@ def test_a_cluster_wide_install_lets_the_operator_keep_status_and_leases_everywh
                 _leasecron("patch", "scheduledjobs", elsewhere, "status"): True,
                 _leasecron("watch", "scheduledjobs", elsewhere): True,
                 _leasecron("delete", "jobruns", elsewhere): True,
-                _leases("update", elsewhere): True,
-                _leases("delete", namespace): True,
+                _leases("watch", elsewhere): True,
+                _leases("create", elsewhere): True,
+                _leases("update", elsewhere): False,
+                _leases("patch", elsewhere): False,
+                _leases("delete", namespace): False,
+                _leases("update", namespace, release.election_lease): True,
+                _leases("update", namespace, "leasecron-job-someone-elses"): False,
                 Access("create", "events", elsewhere): True,
                 Access("create", "events", elsewhere, group="events.k8s.io"): True,
                 Access("watch", "namespaces"): True,
@@ -601,15 +510,18 @@ def test_a_namespaced_install_gives_the_operator_no_rights_outside_its_namespace
 ) -> None:
     watched = other_namespace
     sets = [f"operator.namespaces={{{watched}}}"]
-    with _installed(helm, cluster=controlplane, namespace=namespace, sets=sets) as release:
+    with installed(helm, cluster=controlplane, namespace=namespace, sets=sets) as release:
         election = f"{release.name}-operator"
         _assert_access(
             kube_api,
             serviceaccount=release.operator_serviceaccount,
             expected={
                 _leasecron("patch", "scheduledjobs", watched, "status"): True,
-                _leases("update", watched): True,
+                _leases("create", watched): True,
+                _leases("watch", watched): True,
+                _leases("update", watched): False,
                 _leases("update", namespace, election): True,
+                _leases("patch", namespace, election): False,
                 _leases("get", namespace, election): True,
                 _leases("watch", namespace, election): True,
                 _leases("create", namespace): True,
@@ -628,7 +540,7 @@ def test_the_app_service_account_may_run_jobs_only_in_the_listed_namespaces(
     helm: Helm, controlplane: ClusterAccess, kube_api: client.ApiClient, namespace: str
 ) -> None:
     unlisted = f"{namespace}-unlisted"
-    with _installed(helm, cluster=controlplane, namespace=namespace, sets=_app_sets(namespace)):
+    with installed(helm, cluster=controlplane, namespace=namespace, sets=_app_sets(namespace)):
         _assert_access(
             kube_api,
             serviceaccount=f"{namespace}/app",

@@ -24,7 +24,7 @@ RESTART_WAIT = 60.0
 
 
 def skips(namespace: str, reason: str) -> float:
-    labels = {"namespace": namespace, "job": "nightly", "reason": reason}
+    labels = {"job_namespace": namespace, "scheduled_job": "nightly", "reason": reason}
     return REGISTRY.get_sample_value("leasecron_skips_total", labels) or 0.0
 
 

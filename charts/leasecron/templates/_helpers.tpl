@@ -172,3 +172,52 @@ subjects:
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+A Go duration ("1h30m", "1.5s", "250ms") in milliseconds, as a float; the schema has already
+checked the syntax. Call with the duration string.
+*/}}
+{{- define "leasecron.durationMs" -}}
+{{- $units := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 -}}
+{{- $total := 0.0 -}}
+{{- range $part := regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $part -}}
+{{- $unit := trimPrefix $number $part -}}
+{{- $total = addf $total (mulf (float64 $number) (get $units $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/*
+Refuses, at `helm install` / `helm template` time, values the schema cannot judge because they
+relate two values: election timings the operator would refuse at start (it would crash-loop
+instead), and application ServiceAccounts that would be bound nowhere. Renders nothing.
+*/}}
+{{- define "leasecron.validate" -}}
+{{- $election := .Values.operator.election -}}
+{{- $lease := include "leasecron.durationMs" $election.leaseDuration | float64 -}}
+{{- $renew := include "leasecron.durationMs" $election.renewDeadline | float64 -}}
+{{- $retry := include "leasecron.durationMs" $election.retryPeriod | float64 -}}
+{{- range $name, $ms := dict "leaseDuration" $lease "renewDeadline" $renew "retryPeriod" $retry -}}
+{{- if le $ms 0.0 -}}
+{{- fail (printf "operator.election.%s (%s) must be greater than zero" $name (get $election $name)) -}}
+{{- end -}}
+{{- end -}}
+{{- if lt $lease (addf $renew 1000.0) -}}
+{{- fail (printf "operator.election.leaseDuration (%s) must be at least renewDeadline (%s) + 1s, so a standby never takes over while the leader may still think it leads" $election.leaseDuration $election.renewDeadline) -}}
+{{- end -}}
+{{- if le $renew (mulf $retry 1.2) -}}
+{{- fail (printf "operator.election.renewDeadline (%s) must be greater than 1.2 times retryPeriod (%s), so the leader gets more than one try to renew" $election.renewDeadline $election.retryPeriod) -}}
+{{- end -}}
+{{- if and .Values.app.serviceAccounts (not .Values.app.namespaces) -}}
+{{- fail "app.serviceAccounts is set but app.namespaces is empty: list the namespaces where your application pods run, or the ServiceAccounts are bound nowhere" -}}
+{{- end -}}
+{{- range $i, $sa := .Values.app.serviceAccounts -}}
+{{- if and $sa.namespace (not (has $sa.namespace $.Values.app.namespaces)) -}}
+{{- fail (printf "app.serviceAccounts[%d] (%s/%s): namespace %q is not in app.namespaces; add it there so the chart creates its RoleBinding" $i $sa.namespace $sa.name $sa.namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.app.namespaces (not .Values.app.serviceAccounts) -}}
+{{- fail "app.namespaces is set but app.serviceAccounts is empty: list the ServiceAccounts of your application pods" -}}
+{{- end -}}
+{{- end -}}

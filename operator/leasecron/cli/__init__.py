@@ -17,12 +17,14 @@ from leasecron._version import __version__
 _COMMANDS: dict[str, str] = {
     "operator": "leasecron.cli._operator:operator_command",
     "status": "leasecron.cli._status:status",
+    "leases": "leasecron.cli._inspect:leases",
+    "runs": "leasecron.cli._inspect:runs",
     "validate": "leasecron.cli._validate:validate",
     "demo": "leasecron.cli._demo:demo",
     "cluster": "leasecron.cli._cluster:cluster",
     "bench": "leasecron.cli._bench:bench",
 }
-_PLUGIN_COMMANDS = ("status", "validate")
+_PLUGIN_COMMANDS = ("status", "leases", "runs", "validate")
 
 
 class _LazyGroup(click.Group):
@@ -60,5 +62,6 @@ def main() -> None:
     lazy=_PLUGIN_COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+@click.version_option(__version__, prog_name="kubectl leasecron")
 def kubectl_plugin() -> None:
     """kubectl leasecron: inspect ScheduledJobs, their holders and runs."""

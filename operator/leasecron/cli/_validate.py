@@ -1,18 +1,24 @@
 """`leasecron validate FILE...`: check ScheduledJob manifests offline, with the same rules the
 operator applies (`leasecron.models.specs.validate_resource`).
 
-Owns reading the YAML (several documents per file, `-` for stdin, `kind: List` expanded),
-choosing which documents to check and printing the verdicts. Documents of other kinds are
-skipped and reported as such. Does not contact a cluster, so it cannot tell whether a handler
-is registered or a namespace exists.
+Owns reading the files (UTF-8 YAML, several documents per file, `-` for stdin, `kind: List`
+expanded, directories like kubectl's `-f DIR` and `-R`), choosing which documents to check and
+printing the verdicts. Every failure names the file and the reason, exit status 1: a file that
+is empty, not UTF-8 or not YAML, a leasecron.dev document of a kind that does not exist, a
+file named on the command line that holds no ScheduledJob. Documents of other API groups are
+skipped and reported as such. Settings that a bucket ignores (`lock` on an every-replica job)
+are warnings on stderr, exit status 0. Does not contact a cluster, so it cannot tell whether a
+handler is registered or a namespace exists.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TextIO
+from pathlib import Path
+from typing import Any, Literal
 
 import click
 import yaml
@@ -35,6 +41,7 @@ class Checked:
     name: str = ""
     problems: tuple[FieldProblem, ...] = field(default=())
     error: str = ""
+    warnings: tuple[str, ...] = field(default=())
 
     @property
     def label(self) -> str:
@@ -62,7 +69,13 @@ class Checked:
         }
         if self.error:
             out["error"] = self.error
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         return out
+
+    def warning_lines(self) -> list[str]:
+        where = f"{self.kind or 'document'}/{self.name or f'#{self.document}'}"
+        return [f"warning: {self.file}: {where}: {warning}" for warning in self.warnings]
 
 
 def _problem_json(problem: FieldProblem) -> dict[str, Any]:
@@ -82,10 +95,50 @@ def _documents(text: str) -> Iterator[object]:
             yield document
 
 
-def _is_scheduledjob(document: Mapping[str, Any]) -> bool:
+KNOWN_KINDS = ("ScheduledJob", "JobRun")
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+# Settings that only coordinated buckets read: on an every-replica job they do nothing.
+_COORDINATION_ONLY = {
+    "lock": "every replica runs every tick without a lock (a lock here would let only one "
+    "replica refresh its cache); remove it, or use bucket once-per-tick",
+    "coordination": "every-replica jobs are not coordinated; remove it",
+    "election": "only single-owner jobs and the group leader elect; remove it",
+}
+
+
+def _group(document: Mapping[str, Any]) -> str:
     api_version = document.get("apiVersion")
-    return document.get("kind") == "ScheduledJob" and (
-        not isinstance(api_version, str) or api_version.split("/")[0] == GROUP
+    return api_version.split("/")[0] if isinstance(api_version, str) and "/" in api_version else ""
+
+
+def _kind_problem(document: Mapping[str, Any]) -> FieldProblem | None:
+    """Why a document that is meant for leasecron is of no kind leasecron has, or None."""
+    kind = document.get("kind")
+    if not isinstance(kind, str) or not kind:
+        return FieldProblem(path="kind", value=MISSING, message="is required")
+    if kind in KNOWN_KINDS:
+        return None
+    close = [k for k in KNOWN_KINDS if k.lower() == kind.lower().rstrip("s")]
+    hint = f"; did you mean {close[0]}?" if close else ""
+    message = f"is not a kind of {GROUP} (ScheduledJob or JobRun){hint}"
+    return FieldProblem(path="kind", value=kind, message=message)
+
+
+def _is_leasecron(document: Mapping[str, Any]) -> bool:
+    """Meant for leasecron: its group is leasecron.dev, or its kind looks like one of ours."""
+    kind = document.get("kind")
+    looks_ours = isinstance(kind, str) and kind.lower().rstrip("s") in ("scheduledjob", "jobrun")
+    return _group(document) == GROUP or looks_ours or not kind
+
+
+def _warnings(document: Mapping[str, Any]) -> tuple[str, ...]:
+    spec = document.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("bucket") != "every-replica":
+        return ()
+    return tuple(
+        f"spec.{key} is ignored on an every-replica job: {why}"
+        for key, why in _COORDINATION_ONLY.items()
+        if key in spec
     )
 
 
@@ -95,7 +148,20 @@ def check_text(file: str, text: str) -> list[Checked]:
         documents = list(_documents(text))
     except yaml.YAMLError as e:
         return [Checked(file=file, document=0, verdict="unreadable", error=f"not YAML: {e}")]
+    if not documents:
+        error = "empty: no YAML document in it"
+        return [Checked(file=file, document=0, verdict="unreadable", error=error)]
     return [_check(file, index, document) for index, document in enumerate(documents, 1)]
+
+
+def check_bytes(file: str, data: bytes) -> list[Checked]:
+    """The verdicts on one file's raw content, which must be UTF-8."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        error = f"not UTF-8: byte 0x{data[e.start]:02x} at offset {e.start} ({e.reason})"
+        return [Checked(file=file, document=0, verdict="unreadable", error=error)]
+    return check_text(file, text)
 
 
 def _check(file: str, index: int, document: object) -> Checked:
@@ -112,17 +178,62 @@ def _check(file: str, index: int, document: object) -> Checked:
         namespace=str(metadata.get("namespace") or ""),
         name=str(metadata.get("name") or ""),
     )
-    if not _is_scheduledjob(document):
+    if not _is_leasecron(document):
         return replace(base, verdict="skipped")
+    wrong_kind = _kind_problem(document)
+    if wrong_kind is not None:
+        return replace(base, verdict="invalid", problems=(wrong_kind,))
+    if document.get("kind") != "ScheduledJob":
+        return replace(base, verdict="skipped")  # a JobRun: written by replicas, not by hand
     try:
         validate_resource(document)
     except SpecError as e:
         return replace(base, verdict="invalid", problems=e.problems)
-    return base
+    return replace(base, warnings=_warnings(document))
+
+
+def _no_job(file: str, results: list[Checked]) -> Checked:
+    found = ", ".join(f"{r.kind or 'document'}/{r.name or r.document}" for r in results)
+    error = f"no ScheduledJob in this file (found {found})"
+    return Checked(file=file, document=0, verdict="unreadable", error=error)
+
+
+def _files(argument: str, *, recursive: bool) -> Iterator[tuple[str, bool]]:
+    """(path, named) for an argument: the file itself (named on the command line), or the
+    manifests of a directory, and with `recursive` of its subdirectories too."""
+    path = Path(argument)
+    if argument == "-" or not path.is_dir():
+        yield argument, True
+        return
+    pattern = "**/*" if recursive else "*"
+    for child in sorted(path.glob(pattern)):
+        if child.is_file() and child.suffix in MANIFEST_SUFFIXES:
+            yield str(child), False
+
+
+def _check_file(file: str, *, named: bool) -> list[Checked]:
+    if file == "-":
+        results = check_bytes("<stdin>", sys.stdin.buffer.read())
+    else:
+        try:
+            results = check_bytes(file, Path(file).read_bytes())
+        except OSError as e:
+            reason = e.strerror or str(e)
+            return [Checked(file=file, document=0, verdict="unreadable", error=reason)]
+    checked = [r for r in results if r.verdict in ("ok", "invalid") or r.kind == "JobRun"]
+    if named and results and not checked and all(r.verdict == "skipped" for r in results):
+        return [*results, _no_job(results[0].file, results)]
+    return results
 
 
 @click.command("validate")
-@click.argument("files", nargs=-1, required=True, type=click.File("r", encoding="utf-8"))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, allow_dash=True))
+@click.option(
+    "--recursive",
+    "-R",
+    is_flag=True,
+    help="Also check the manifests in subdirectories of a directory argument.",
+)
 @click.option(
     "--output",
     "-o",
@@ -131,18 +242,36 @@ def _check(file: str, index: int, document: object) -> Checked:
     show_default=True,
     help="text: one line per job or problem; json: a list of verdicts.",
 )
-def validate(files: tuple[TextIO, ...], output: str) -> None:
+def validate(files: tuple[str, ...], recursive: bool, output: str) -> None:
     """Check ScheduledJob manifests offline with the operator's rules.
 
-    FILE may hold several YAML documents; use - for stdin. Other kinds are skipped. Exits 1
-    when any ScheduledJob is invalid or a file is not YAML, 0 otherwise.
+    FILE may hold several YAML documents; use - for stdin. A directory stands for its *.yaml,
+    *.yml and *.json files (with -R, also those of its subdirectories). Other API groups are
+    skipped. Exits 1 when a ScheduledJob is invalid, a file is empty, not UTF-8 or not YAML, a
+    leasecron.dev document has an unknown kind, or no ScheduledJob was found; 0 otherwise.
+    Warnings (settings the job's bucket ignores) go to stderr.
     """
-    results = [result for stream in files for result in check_text(stream.name, stream.read())]
+    results = [
+        result
+        for argument in files
+        for path, named in _files(argument, recursive=recursive)
+        for result in _check_file(path, named=named)
+    ]
+    if not any(r.kind == "ScheduledJob" for r in results) and not any(
+        r.verdict in ("invalid", "unreadable") for r in results
+    ):
+        error = "no ScheduledJob found" + ("" if results else " (no manifest files)")
+        results.append(
+            Checked(file=", ".join(files), document=0, verdict="unreadable", error=error)
+        )
     if output == "json":
         click.echo(json.dumps([result.as_json() for result in results], indent=2))
     else:
         for result in results:
             for line in result.text_lines():
                 click.echo(line)
+    for result in results:
+        for line in result.warning_lines():
+            click.echo(line, err=True)
     if any(result.verdict in ("invalid", "unreadable") for result in results):
         raise SystemExit(1)

@@ -337,8 +337,10 @@ class Elector(LeaseParty):
         self._term, self._last_token = term, token
         self._last_renew = self._last_attempt = sent
         self._log.info("started leading", token=token)
-        LEADER.labels(namespace=self.namespace, lease=self.name).set(1)
-        LEADERSHIP_CHANGES.labels(namespace=self.namespace, lease=self.name, event="started").inc()
+        LEADER.labels(lease_namespace=self.namespace, lease=self.name).set(1)
+        LEADERSHIP_CHANGES.labels(
+            lease_namespace=self.namespace, lease=self.name, event="started"
+        ).inc()
         self._leading_event.set()
         self._observe_leader(self.identity)
         if self._on_started is not None:
@@ -355,8 +357,10 @@ class Elector(LeaseParty):
             return
         self._leading_event.clear()
         self._log.warning("stopped leading", token=term.token, reason=reason)
-        LEADER.labels(namespace=self.namespace, lease=self.name).set(0)
-        LEADERSHIP_CHANGES.labels(namespace=self.namespace, lease=self.name, event="stopped").inc()
+        LEADER.labels(lease_namespace=self.namespace, lease=self.name).set(0)
+        LEADERSHIP_CHANGES.labels(
+            lease_namespace=self.namespace, lease=self.name, event="stopped"
+        ).inc()
         term.lost.set()
         task, self._term_task = self._term_task, None
         if task is not None:

@@ -174,7 +174,7 @@ class TickLock(LeaseParty):
     def _skip(self, reason: str, tick: datetime, **details: Any) -> Skipped:
         record = self._record()
         holder = record.holder if record is not None else ""
-        SKIPS.labels(namespace=self.namespace, job=self.job, reason=reason).inc()
+        SKIPS.labels(job_namespace=self.namespace, scheduled_job=self.job, reason=reason).inc()
         self._log.debug(
             "tick skipped", tick=format_tick(tick), reason=reason, holder=holder, **details
         )

@@ -144,7 +144,7 @@ class OperatorProcess:
         await health.start()
         shared_metrics.serve(config.metrics_port, addr=config.bind_address)
         shared_metrics.LEADER.labels(
-            namespace=config.election_namespace, lease=config.election_lease
+            lease_namespace=config.election_namespace, lease=config.election_lease
         ).set(0)
         informer = Informer(
             kube,

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from leasecron._metrics import LEADER, LEADERSHIP_CHANGES, MISSED
+from leasecron._metrics import JOB_LABELS, LAST_SUCCESS, LEADER, LEADERSHIP_CHANGES, MISSED
 from leasecron.operator import _conditions as c
 
 __all__ = [
     "ABANDONED",
     "JOBS",
+    "LAST_SUCCESS",
     "LEADER",
     "LEADERSHIP_CHANGES",
     "MISSED",
@@ -25,6 +27,7 @@ __all__ = [
     "STATUS_PATCHES",
     "WRITES",
     "record_conditions",
+    "record_last_success",
 ]
 
 JOBS = Gauge(
@@ -49,12 +52,12 @@ WRITES = Counter(
 ABANDONED = Counter(
     "leasecron_operator_abandoned_runs_total",
     "Running JobRuns marked Abandoned because their holder vanished.",
-    ["namespace", "job"],
+    list(JOB_LABELS),
 )
 PRUNED = Counter(
     "leasecron_operator_pruned_runs_total",
     "Finished JobRuns deleted to keep the configured history.",
-    ["namespace", "job"],
+    list(JOB_LABELS),
 )
 
 
@@ -67,3 +70,26 @@ def record_conditions(statuses: Iterable[Mapping[str, Any]]) -> None:
     for kind in c.CONDITION_TYPES:
         for value in (c.TRUE, c.FALSE, c.UNKNOWN):
             JOBS.labels(condition=kind, status=value).set(tally[(kind, value)])
+
+
+_last_success_series: set[tuple[str, str]] = set()
+
+
+def record_last_success(jobs: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+    """Set LAST_SUCCESS from the `status.lastSuccessfulTime` of the cached jobs, keyed by
+    (namespace, name); drop the series of jobs that are gone or never succeeded."""
+    current: set[tuple[str, str]] = set()
+    for key, obj in jobs.items():
+        stamp = (obj.get("status") or {}).get("lastSuccessfulTime")
+        try:
+            when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+        except ValueError:
+            when = None
+        if when is None:
+            continue
+        LAST_SUCCESS.labels(*key).set(when.timestamp())
+        current.add(key)
+    for key in _last_success_series - current:
+        LAST_SUCCESS.remove(*key)
+    _last_success_series.clear()
+    _last_success_series.update(current)

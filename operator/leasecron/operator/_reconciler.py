@@ -116,6 +116,7 @@ class Reconciler:
                 self._statuses_changed = False
                 statuses = [obj.get("status") or {} for obj in self.world.jobs.values()]
                 _metrics.record_conditions(statuses)
+                _metrics.record_last_success(self.world.jobs)
             upcoming = min(self._due.values(), default=now + self._interval)
             await asyncio.sleep(min(max(upcoming - now, 0.01), self._interval))
 
@@ -221,7 +222,9 @@ class Reconciler:
         for run in plan.history.prune:
             await self.writer.delete_run(namespace=facts.ref.namespace, name=run.name)
             self.world.forget_run(facts.ref.namespace, facts.ref.name, run.name)
-            _metrics.PRUNED.labels(namespace=facts.ref.namespace, job=facts.ref.name).inc()
+            _metrics.PRUNED.labels(
+                job_namespace=facts.ref.namespace, scheduled_job=facts.ref.name
+            ).inc()
             _log.debug(
                 "pruned run",
                 namespace=facts.ref.namespace,
@@ -273,7 +276,7 @@ class Reconciler:
 
     async def _alarm(self, facts: JobFacts, message: str) -> None:
         ns, job = facts.ref.namespace, facts.ref.name
-        _metrics.MISSED.labels(namespace=ns, job=job).inc()
+        _metrics.MISSED.labels(job_namespace=ns, scheduled_job=job).inc()
         _log.warning("missed run", namespace=ns, job=job, message=message)
         body = _bodies.warning_event(
             facts.ref,
@@ -303,5 +306,5 @@ class Reconciler:
             self.world.note_run(await self.writer.patch_run(namespace=ns, name=name, patch=patch))
         except Conflict:
             return  # the run changed (its holder finished it): judged again next pass
-        _metrics.ABANDONED.labels(namespace=ns, job=facts.ref.name).inc()
+        _metrics.ABANDONED.labels(job_namespace=ns, scheduled_job=facts.ref.name).inc()
         _log.warning("run abandoned", namespace=ns, job=facts.ref.name, run=name, holder=holder)

@@ -127,11 +127,11 @@ def test_the_repository_has_the_two_crd_files_the_chart_copies() -> None:
 
 def test_the_chart_crds_are_a_byte_for_byte_copy_of_the_repository_crds() -> None:
     source = {path.name: path.read_bytes() for path in CRDS.glob("*.yaml")}
-    copy = {path.name: path.read_bytes() for path in (CHART / "crds").glob("*.yaml")}
+    copy = {path.name: path.read_bytes() for path in (CHART / "files" / "crds").glob("*.yaml")}
     missing = sorted(source.keys() - copy.keys())
     extra = sorted(copy.keys() - source.keys())
     different = sorted(name for name in source.keys() & copy.keys() if source[name] != copy[name])
     assert not (missing or extra or different), (
-        f"charts/leasecron/crds/ differs from crds/ (missing {missing}, extra {extra}, "
+        f"charts/leasecron/files/crds/ differs from crds/ (missing {missing}, extra {extra}, "
         f"different {different}): {REFRESH_HINT}"
     )

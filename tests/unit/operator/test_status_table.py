@@ -27,7 +27,7 @@ def test_a_job_row_shows_holder_last_run_outcome_next_ready_and_replicas() -> No
         conditions=[{"type": "Ready", "status": "True", "reason": "HandlerRegistered"}],
         replicas=3,
     )
-    [row] = status_rows([obj], now=NOW, with_namespace=False)
+    [row], notes = status_rows([obj], now=NOW, with_namespace=False)
     assert row == [
         "report",
         "once-per-tick",
@@ -38,6 +38,7 @@ def test_a_job_row_shows_holder_last_run_outcome_next_ready_and_replicas() -> No
         "True",
         "3",
     ]
+    assert notes == []
 
 
 def test_a_job_without_status_shows_dashes_and_not_ready_reasons_are_shown() -> None:
@@ -45,7 +46,7 @@ def test_a_job_without_status_shows_dashes_and_not_ready_reasons_are_shown() -> 
     broken = job(
         "broken", conditions=[{"type": "Ready", "status": "False", "reason": "NoReplicas"}]
     )
-    rows = status_rows([fresh, broken], now=NOW, with_namespace=True)
+    rows, _ = status_rows([fresh, broken], now=NOW, with_namespace=True)
     assert rows[0][:2] == ["billing", "broken"] and rows[0][7] == "False (NoReplicas)"
     assert rows[1] == ["billing", "fresh", "once-per-tick", "-", "-", "-", "-", "-", "-"]
 

@@ -88,10 +88,12 @@ def test_every_document_of_a_multi_document_file_is_checked(write: Write) -> Non
     assert "ScheduledJob/broken: spec.lock.atLeastFor" in output
 
 
-def test_files_with_only_other_kinds_pass(write: Write) -> None:
-    code, output = run(write("cm.yaml", OTHER))
-    assert code == 0
-    assert "skip" in output
+def test_a_file_with_no_scheduledjob_fails_naming_what_it_holds(write: Write) -> None:
+    path = write("cm.yaml", OTHER)
+    code, output = run(path)
+    assert code == 1
+    assert f"skip {path}: ConfigMap/settings" in output
+    assert f"{path}: no ScheduledJob in this file (found ConfigMap/settings)" in output
 
 
 def test_stdin_is_read_for_a_dash() -> None:
