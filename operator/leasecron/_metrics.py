@@ -67,8 +67,8 @@ LEADERSHIP_CHANGES = Counter(
 )
 RECORD_BACKLOG = Gauge(
     "leasecron_record_backlog",
-    "Run records (JobRuns) waiting to be written because the API server could not be reached.",
-    ["job_namespace"],
+    "Run records (JobRuns) of this process waiting to be written (the API server could not be "
+    "reached when the run ended).",
 )
 API_REQUESTS = Counter(
     "leasecron_api_requests_total",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def _ticks(contexts: list[JobContext]) -> list[datetime]:
 
 def _contiguous(ticks: list[datetime], *, step: timedelta = timedelta(seconds=1)) -> bool:
     ordered = sorted(ticks)
-    return all(b - a == step for a, b in zip(ordered, ordered[1:], strict=False))
+    return all(b - a == step for a, b in pairwise(ordered))
 
 
 @pytest.mark.parametrize("read_back", ["answers", "fails"])

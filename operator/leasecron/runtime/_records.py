@@ -239,7 +239,7 @@ class Recorder:
             dropped, _ = self._backlog.popleft()
             _log.error("run record backlog full; dropping the oldest", jobrun=dropped.name)
         self._backlog.append((run, job_uid))
-        RECORD_BACKLOG.labels(self.namespace).set(len(self._backlog))
+        RECORD_BACKLOG.set(len(self._backlog))
         self._wake.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(
@@ -287,7 +287,7 @@ class Recorder:
                 continue
             delay = 0.25
             self._backlog.popleft()
-            RECORD_BACKLOG.labels(self.namespace).set(len(self._backlog))
+            RECORD_BACKLOG.set(len(self._backlog))
 
     async def _write_final(self, run: JobRun, job_uid: str | None) -> None:
         body = run.to_resource(job_uid=job_uid)
