@@ -8,8 +8,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SECONDS ?= 60
 PYTEST_ARGS ?=
+IMAGE ?= leasecron/operator:dev
+LOCK_ARGS ?=
 
-.PHONY: all venv controlplane lint test unit integration demo bench clean
+.PHONY: all venv controlplane lint test unit integration demo bench clean lock image image-smoke actionlint
 
 all: test
 
@@ -38,6 +40,7 @@ test: venv controlplane
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	@bash e2e/tools/actionlint.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 	$(BIN)/mypy
 
@@ -56,6 +59,25 @@ bench: venv controlplane
 	$(BIN)/leasecron bench ticks --replicas 5 --jobs 1 --ticks 200 --json
 	$(BIN)/leasecron bench ticks --replicas 5 --jobs 1000 --ticks 3 --json
 	$(BIN)/leasecron bench operator --jobs 1000 --json
+
+# The image's dependency lock (hashes, every platform); LOCK_ARGS=--upgrade moves the pins.
+lock: venv
+	$(BIN)/uv pip compile pyproject.toml --extra operator --universal --python-version 3.11 \
+	  --generate-hashes --custom-compile-command "make lock" -q $(LOCK_ARGS) -o requirements/image.txt
+	$(BIN)/uv pip compile requirements/build.in --universal --python-version 3.11 \
+	  --generate-hashes --custom-compile-command "make lock" -q $(LOCK_ARGS) -o requirements/build.txt
+
+# The operator image with docker or podman; PYTHON_IMAGE=... picks the base image.
+image:
+	@bash e2e/containers/build-image.sh $(IMAGE)
+
+# The built image run as the chart runs it, against the local control plane.
+image-smoke: venv controlplane
+	LEASECRON_IMAGE=$(IMAGE) $(BIN)/pytest e2e/test_image_smoke.py $(PYTEST_ARGS)
+
+# GitHub Actions workflows (actionlint is built once from the Go module proxy and cached).
+actionlint:
+	@bash e2e/tools/actionlint.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache build *.egg-info operator/*.egg-info

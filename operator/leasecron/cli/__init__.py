@@ -1,13 +1,16 @@
 """The `leasecron` command line and the `kubectl-leasecron` plugin.
 
 Each subcommand lives in its own private module, imported only when that subcommand runs:
-`leasecron validate` never pays for importing kopf or the Kubernetes client. This module only
-assembles the groups.
+`leasecron validate` never pays for importing kopf or the Kubernetes client. A subcommand
+that needs an optional extra (`leasecron[operator]`, `leasecron[testing]`) which is not
+installed is still listed, and running it says which extra to install instead of failing
+with an ImportError. This module only assembles the groups.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import click
 
@@ -25,6 +28,42 @@ _COMMANDS: dict[str, str] = {
     "bench": "leasecron.cli._bench:bench",
 }
 _PLUGIN_COMMANDS = ("status", "leases", "runs", "validate")
+# command name -> the top-level modules it imports that only an extra installs
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "operator": ("kopf",),
+    "demo": ("cryptography",),
+    "cluster": ("cryptography",),
+    "bench": ("cryptography", "kopf"),
+}
+# optional top-level module -> the extra that installs it
+EXTRA_OF: dict[str, str] = {"kopf": "operator", "cryptography": "testing", "pytest": "testing"}
+
+
+def _missing_modules(modules: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def missing_extra_command(name: str, missing: list[str]) -> click.Command:
+    """A stand-in for subcommand `name` whose optional modules `missing` are not installed:
+    listed with a note, and running it (any arguments) exits 1 naming the extra to install."""
+    extras = sorted({EXTRA_OF.get(m, m) for m in missing})
+    spec = f"leasecron[{','.join(extras)}]"
+    message = (
+        f"`leasecron {name}` needs the {' and '.join(extras)} extra "
+        f"({', '.join(missing)} not installed): pip install '{spec}'"
+    )
+
+    def refuse() -> None:
+        raise click.ClickException(message)
+
+    return click.Command(
+        name,
+        callback=refuse,
+        help=message,
+        short_help=f"(needs {spec})",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 class _LazyGroup(click.Group):
@@ -39,8 +78,17 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self._lazy:
+            missing = _missing_modules(_NEEDS.get(cmd_name, ()))
+            if missing:
+                return missing_extra_command(cmd_name, missing)
             module, _, attribute = _COMMANDS[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module), attribute)
+            try:
+                command = getattr(importlib.import_module(module), attribute)
+            except ModuleNotFoundError as e:
+                top = (e.name or "").partition(".")[0]
+                if top not in EXTRA_OF:
+                    raise
+                return missing_extra_command(cmd_name, [top])
             if not isinstance(command, click.Command):
                 raise TypeError(f"{_COMMANDS[cmd_name]} is not a click command")
             return command

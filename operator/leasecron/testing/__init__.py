@@ -1,5 +1,6 @@
 """Public test helpers: a throwaway local control plane, and pytest fixtures for it
-(`leasecron.testing.pytest_plugin`, loaded automatically when leasecron is installed).
+(`leasecron.testing.pytest_plugin`, enabled with `-p leasecron.testing.pytest_plugin` or
+`pytest_plugins = [...]`). Needs the testing extra: `pip install 'leasecron[testing]'`.
 
     from leasecron.testing import ControlPlane, apply_manifests
 

@@ -1,5 +1,11 @@
-"""pytest fixtures for tests against a real Kubernetes API server (loaded automatically: the
-package registers this module as a `pytest11` plugin).
+"""pytest fixtures for tests against a real Kubernetes API server.
+
+Not loaded into every pytest run: installing leasecron registers no pytest plugin. Install
+the testing extra (`pip install 'leasecron[testing]'`) and enable it in your root conftest.py
+or on the command line:
+
+    pytest_plugins = ["leasecron.testing.pytest_plugin"]      # conftest.py
+    pytest -p leasecron.testing.pytest_plugin                 # or addopts in pyproject.toml
 
 One local control plane (etcd + kube-apiserver + kube-controller-manager) is started per test
 session, lazily, the first time a test asks for one of these fixtures; a session that never
@@ -16,6 +22,7 @@ below; does not clean up objects a test creates outside its `namespace`.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import secrets
@@ -30,6 +37,12 @@ if TYPE_CHECKING:
 
     from leasecron.testing._access import ClusterAccess
     from leasecron.testing.controlplane import ControlPlane
+
+if importlib.util.find_spec("cryptography") is None:
+    raise ImportError(
+        "leasecron.testing.pytest_plugin needs the testing extra (cryptography is not "
+        "installed): pip install 'leasecron[testing]'"
+    )
 
 ENV_KUBECONFIG = "LEASECRON_TEST_KUBECONFIG"
 CLUSTER_FIXTURES = frozenset(
