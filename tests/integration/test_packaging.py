@@ -16,13 +16,14 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION
+from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
 from leasecron.testing.handlers import scheduled_job, wait_for_jobruns
 
 pytestmark = pytest.mark.integration
@@ -186,11 +187,14 @@ def test_an_application_runs_a_scheduler_from_the_bare_install_without_the_opera
         m for m in report["modules"] if any(m == f or m.startswith(f"{f}.") for f in NOT_FOR_APPS)
     )
     assert leaked == []
+    name = jobrun_name("touch", datetime.fromisoformat(tick))
     runs = wait_for_jobruns(
         kube_api,
         namespace=namespace,
         until=lambda items: any(
-            (i.get("status") or {}).get("outcome") == "Succeeded" for i in items
+            i["metadata"]["name"] == name and (i.get("status") or {}).get("outcome") == "Succeeded"
+            for i in items
         ),
     )
-    assert any(run["spec"]["holder"] == holder for run in runs)
+    (run,) = (r for r in runs if r["metadata"]["name"] == name)
+    assert run["spec"]["holder"] == holder and run["spec"]["fencingToken"] == int(token)
