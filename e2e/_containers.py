@@ -1,0 +1,204 @@
+"""Container and chart helpers for the image tests: the container engine (docker or podman,
+as `e2e/containers/engine.sh` picks it), the chart rendered with the real helm binary, and a
+pod's in-cluster login (ServiceAccount token, ca.crt, namespace) reproduced as a directory to
+mount where a pod has it.
+
+Owns only what those tests share; builds no image (that is `make image`) and starts no
+cluster (the `controlplane` fixture does).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "leasecron"
+SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+T = TypeVar("T")
+
+
+def poll(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
+    """The first truthy `check()` within `timeout` seconds (polled every 100 ms)."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"not {what} within {timeout}s (last: {last!r})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """docker or podman. podman runs with runc (crun refuses cgroups v1 hybrid hosts) and
+    explicit file/process limits (runc cannot inherit the host's here)."""
+
+    name: str
+
+    @classmethod
+    def find(cls) -> tuple[Engine | None, str]:
+        """The engine `e2e/containers/engine.sh` picks, or None and the reason there is none."""
+        completed = subprocess.run(
+            ["bash", str(ROOT / "e2e" / "containers" / "engine.sh")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if completed.returncode != 0:
+            return None, completed.stderr.strip()
+        return cls(name=completed.stdout.strip()), ""
+
+    @property
+    def command(self) -> list[str]:
+        return ["podman", "--runtime", "runc"] if self.name == "podman" else [self.name]
+
+    @property
+    def run_flags(self) -> list[str]:
+        if self.name == "podman":
+            return ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+        return []
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        completed = subprocess.run(
+            [*self.command, *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and completed.returncode != 0:
+            raise AssertionError(
+                f"{self.name} {' '.join(args)} exited {completed.returncode}:\n{completed.stderr}"
+            )
+        return completed
+
+    def image_exists(self, image: str) -> bool:
+        return self.run("image", "inspect", image, check=False).returncode == 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Helm:
+    """The helm binary with its own homes, so nothing of the user's configuration leaks in."""
+
+    binary: Path
+    home: Path
+
+    def run(self, *args: str, kubeconfig: Path | None = None, timeout: float = 300) -> str:
+        env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        completed = subprocess.run(
+            [str(self.binary), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if completed.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)}:\n{completed.stderr}")
+        return completed.stdout
+
+    def template(
+        self, release: str, *, namespace: str, values: Mapping[str, Any], kube_version: str
+    ) -> list[dict[str, Any]]:
+        """The chart's objects for `values` (written to a values file, so lists stay lists)."""
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(dict(values), f)
+        try:
+            out = self.run(
+                "template",
+                release,
+                str(CHART),
+                "-n",
+                namespace,
+                "-f",
+                f.name,
+                "--kube-version",
+                kube_version,
+            )
+        finally:
+            os.unlink(f.name)
+        return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def kubectl_apply(kubectl: Path, kubeconfig: Path, objects: Sequence[Mapping[str, Any]]) -> None:
+    """`kubectl apply` of `objects` (server-side, so re-applying is harmless)."""
+    completed = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), "apply", "--server-side", "-f", "-"],
+        input=yaml.safe_dump_all(list(objects)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise AssertionError(f"kubectl apply:\n{completed.stderr}")
+
+
+def kubectl_delete(kubectl: Path, kubeconfig: Path, objects: Sequence[Mapping[str, Any]]) -> None:
+    """Best-effort `kubectl delete` of `objects` (the cluster-scoped ones outlive a namespace)."""
+    subprocess.run(
+        [
+            str(kubectl),
+            "--kubeconfig",
+            str(kubeconfig),
+            "delete",
+            "--ignore-not-found",
+            "--wait=false",
+            "-f",
+            "-",
+        ],
+        input=yaml.safe_dump_all(list(objects)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def serviceaccount_dir(directory: Path, *, token: str, ca_pem: bytes, namespace: str) -> Path:
+    """What the kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount: `token`,
+    `ca.crt` and `namespace`, readable by any uid (the container runs as 65532)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in (
+        ("token", token.encode()),
+        ("ca.crt", ca_pem),
+        ("namespace", namespace.encode()),
+    ):
+        path = directory / name
+        path.write_bytes(content)
+        path.chmod(0o644)
+    directory.chmod(0o755)
+    return directory
+
+
+def container_of(objects: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any]:
+    """The container `name` of the (only) Deployment among the rendered `objects`, with the
+    pod's spec under the key "pod"."""
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == name]
+    return {**container, "pod": pod}
