@@ -10,6 +10,7 @@ SECONDS ?= 60
 PYTEST_ARGS ?=
 IMAGE ?= leasecron/operator:dev
 LOCK_ARGS ?=
+PYTHON_IMAGE ?=
 
 .PHONY: all venv controlplane lint test unit integration demo bench clean lock image image-smoke actionlint
 
@@ -69,7 +70,7 @@ lock: venv
 
 # The operator image with docker or podman; PYTHON_IMAGE=... picks the base image.
 image:
-	@bash e2e/containers/build-image.sh $(IMAGE)
+	@PYTHON_IMAGE=$(PYTHON_IMAGE) bash e2e/containers/build-image.sh $(IMAGE)
 
 # The built image run as the chart runs it, against the local control plane.
 image-smoke: venv controlplane
