@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -202,3 +203,53 @@ def container_of(objects: Sequence[Mapping[str, Any]], name: str) -> dict[str, A
     pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
     (container,) = [c for c in pod["containers"] if c["name"] == name]
     return {**container, "pod": pod}
+
+
+def restricted_run_args(*, pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    """Engine flags that make a container run as the pod spec asks, for the restricted
+    security settings the chart and the example app use: the pod's user and group, a
+    read-only root filesystem with each mounted volume (emptyDirs) as a tmpfs, no
+    capabilities, no privilege escalation. Fails on a spec asking for anything else."""
+    pod_security, security = pod["securityContext"], container["securityContext"]
+    assert pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] != 0
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"] and "add" not in security["capabilities"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    tmpfs = []
+    for mount in container.get("volumeMounts", []):
+        assert "emptyDir" in volumes[mount["name"]], f"only emptyDir volumes are mapped: {mount}"
+        tmpfs += ["--tmpfs", mount["mountPath"]]
+    return [
+        "--user",
+        f"{pod_security['runAsUser']}:{pod_security['runAsGroup']}",
+        "--read-only",
+        *tmpfs,
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+    ]
+
+
+def pod_env(container: Mapping[str, Any], *, pod_name: str, namespace: str) -> dict[str, str]:
+    """The container's environment, the downward API's name and namespace filled in."""
+    downward = {"metadata.name": pod_name, "metadata.namespace": namespace}
+    return {
+        e["name"]: e["value"] if "value" in e else downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in container.get("env", [])
+    }
+
+
+def in_cluster_args(*, secrets_dir: Path, server: str) -> list[str]:
+    """The in-cluster login of a pod: its ServiceAccount directory mounted where the kubelet
+    mounts it, and the API server's address in KUBERNETES_SERVICE_HOST/PORT."""
+    address = urlsplit(server)
+    return [
+        "-v",
+        f"{secrets_dir}:{SERVICEACCOUNT_DIR}:ro",
+        "-e",
+        f"KUBERNETES_SERVICE_HOST={address.hostname}",
+        "-e",
+        f"KUBERNETES_SERVICE_PORT={address.port}",
+    ]
