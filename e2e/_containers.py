@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
+from kubernetes import client
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "leasecron"
@@ -253,3 +254,23 @@ def in_cluster_args(*, secrets_dir: Path, server: str) -> list[str]:
         "-e",
         f"KUBERNETES_SERVICE_PORT={address.port}",
     ]
+
+
+def lease_holder(api: Any, namespace: str, name: str) -> str | None:
+    """The Lease's holderIdentity ("" when released), or None when there is no such Lease."""
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, namespace)
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or ""
+
+
+def metric_total(text: str, name: str) -> float:
+    """The sum of every sample of `name` in a Prometheus text exposition."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((f"{name}{{", f"{name} "))
+    )

@@ -18,7 +18,9 @@ would test other code. It skips, with the reason, when `LEASECRON_IMAGE` is unse
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import urllib.error
 import urllib.request
@@ -31,6 +33,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+import leasecron
 from _containers import (
     RBAC_KINDS,
     ROOT,
@@ -41,6 +44,8 @@ from _containers import (
     in_cluster_args,
     kubectl_apply,
     kubectl_delete,
+    lease_holder,
+    metric_total,
     pod_env,
     poll,
     restricted_run_args,
@@ -109,16 +114,6 @@ def engine_and_image() -> tuple[Engine, str]:
     if not engine.image_exists(image):
         pytest.skip(f"no image {image} in {engine.name}: run `make image` first")
     return engine, image
-
-
-def lease_holder(api: Any, namespace: str, name: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, namespace)
-    except client.ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    return lease.spec.holder_identity or ""
 
 
 def apply_rbac(
@@ -218,15 +213,6 @@ def operator_container(
     finally:
         print(f"--- logs of {name} ---\n{running.logs()}")
         engine.run("rm", "--force", name, check=False)
-
-
-def metric_total(text: str, name: str) -> float:
-    """The sum of every sample of `name` in a Prometheus text exposition."""
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith((f"{name}{{", f"{name} "))
-    )
 
 
 def test_the_image_leads_flags_a_missed_run_serves_its_endpoints_and_releases_on_sigterm(
@@ -405,3 +391,23 @@ def test_the_example_app_manifest_runs_from_the_image_with_the_chart_app_rbac(
     finally:
         print(f"--- logs of {pod_name} ---\n{app.logs()}")
         engine.run("rm", "--force", pod_name, check=False)
+
+
+def test_the_image_holds_exactly_the_locked_dependency_versions(
+    engine_and_image: tuple[Engine, str],
+) -> None:
+    engine, image = engine_and_image
+    listing = engine.run(
+        "run", "--rm", *engine.run_flags, "--entrypoint", "python", image, "-c",
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))",
+    )  # fmt: skip
+    installed = {normalize(k): v for k, v in json.loads(listing.stdout).items()}
+    lock = (ROOT / "requirements" / "image.txt").read_text()
+    locked = {normalize(k): v for k, v in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", lock, re.M)}
+    assert installed.pop("leasecron") == leasecron.__version__
+    assert installed == locked
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
