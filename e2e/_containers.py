@@ -264,7 +264,7 @@ def lease_holder(api: Any, namespace: str, name: str) -> str | None:
         if e.status == 404:
             return None
         raise
-    return lease.spec.holder_identity or ""
+    return str((lease.spec and lease.spec.holder_identity) or "")
 
 
 def metric_total(text: str, name: str) -> float:

@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -243,8 +243,11 @@ def test_the_image_leads_flags_a_missed_run_serves_its_endpoints_and_releases_on
     )
 
     def missed_runs() -> list[dict[str, Any]]:
-        runs = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOBRUN_PLURAL
+        runs: list[dict[str, Any]] = cast(
+            dict[str, Any],
+            client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBRUN_PLURAL
+            ),
         )["items"]
         return [r for r in runs if (r.get("status") or {}).get("outcome") == "Missed"]
 
@@ -252,12 +255,13 @@ def test_the_image_leads_flags_a_missed_run_serves_its_endpoints_and_releases_on
     assert missed[0]["spec"]["job"] == "orphan"
 
     def on_schedule() -> dict[str, Any] | None:
-        status = (
-            client.CustomObjectsApi(kube_api)
-            .get_namespaced_custom_object(GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, "orphan")
-            .get("status")
-            or {}
+        job = cast(
+            dict[str, Any],
+            client.CustomObjectsApi(kube_api).get_namespaced_custom_object(
+                GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, "orphan"
+            ),
         )
+        status = job.get("status") or {}
         found = [c for c in status.get("conditions", []) if c["type"] == "OnSchedule"]
         return found[0] if found and found[0]["status"] == "False" else None
 
@@ -356,13 +360,14 @@ def test_the_example_app_manifest_runs_from_the_image_with_the_chart_app_rbac(
     try:
 
         def invoices() -> list[dict[str, Any]]:
-            runs = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+            listed = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
                 GROUP,
                 VERSION,
                 namespace,
                 JOBRUN_PLURAL,
                 label_selector=f"{LABEL_JOB}=send-invoices",
-            )["items"]
+            )
+            runs: list[dict[str, Any]] = cast(dict[str, Any], listed)["items"]
             return [
                 r
                 for r in runs

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from _containers import ROOT, Engine, poll
+from _containers import ROOT, Engine, Helm, poll
+from leasecron.models.names import job_lease_name
 from leasecron.testing import cache_dir, find_assets
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]
@@ -82,19 +83,25 @@ def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     assert engine is not None
     from pytest_kind import KindCluster
 
-    if engine.name == "podman":
-        os.environ["KIND_EXPERIMENTAL_PROVIDER"] = "podman"
     subprocess.run(["bash", str(ROOT / "e2e" / "containers" / "build-image.sh"), IMAGE], check=True)
     kubectl = find_assets().paths.get("kubectl")
     cluster = KindCluster(
         "leasecron-e2e", image=NODE_IMAGE, kind_path=kind_binary(), kubectl_path=kubectl
     )
-    cluster.create()
+    with pytest.MonkeyPatch.context() as env:
+        if engine.name == "podman":
+            env.setenv("KIND_EXPERIMENTAL_PROVIDER", "podman")
+        yield from _created(cluster, engine, tmp_path_factory.mktemp("image"))
+
+
+def _created(cluster: Any, engine: Engine, scratch: Path) -> Iterator[Any]:
+    """`cluster` created with the operator image loaded; deleted afterwards."""
     try:
+        cluster.create()
         if engine.name == "docker":
             cluster.load_docker_image(IMAGE)
         else:
-            archive = tmp_path_factory.mktemp("image") / "operator.tar"
+            archive = scratch / "operator.tar"
             engine.run("save", "-o", str(archive), IMAGE, timeout=300)
             subprocess.run(
                 [str(cluster.kind_path), "load", "image-archive", "--name", cluster.name, archive],
@@ -106,11 +113,10 @@ def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def helm(cluster: Any, *args: str) -> str:
-    binary = find_assets().binary("helm")
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path)}
-    return subprocess.run(
-        [str(binary), *args], env=env, capture_output=True, text=True, check=True, timeout=600
-    ).stdout
+    home = Path(cluster.path) / "helm"
+    return Helm(binary=find_assets().binary("helm"), home=home).run(
+        *args, kubeconfig=Path(cluster.kubeconfig_path), timeout=600
+    )
 
 
 def example_app(image: str) -> list[dict[str, Any]]:
@@ -129,7 +135,7 @@ def run_events(cluster: Any, pods: list[str]) -> list[dict[str, Any]]:
         for line in cluster.kubectl("logs", "-n", APP_NAMESPACE, pod).splitlines():
             if line.startswith("{"):
                 event = json.loads(line)
-                if event.get("event") == "run":
+                if event.get("event") == "run" and "replica" in event:
                     events.append(event)
     return events
 
@@ -146,12 +152,14 @@ def app_pods(cluster: Any) -> list[str]:
         "-o",
         "jsonpath={.items[*].metadata.name}",
     )
-    return out.split()
+    return str(out).split()
 
 
 def lease_holder(cluster: Any, name: str) -> str:
-    return cluster.kubectl(
-        "get", "lease", name, "-n", APP_NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}"
+    return str(
+        cluster.kubectl(
+            "get", "lease", name, "-n", APP_NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}"
+        )
     ).strip()
 
 
@@ -204,7 +212,7 @@ def test_the_chart_and_the_example_app_run_one_invoice_per_tick_and_survive_a_po
     assert checked >= 1
 
     # Deleting the queue poller's owner (SIGTERM: it releases) hands the job to another pod.
-    lease = "leasecron-job-queue-poller"
+    lease = job_lease_name("queue-poller")
     owner = poll(lambda: lease_holder(kind, lease), timeout=30, what="queue-poller owned")
     (owner_pod,) = [p for p in pods if owner.startswith(p)]
     kind.kubectl("delete", "pod", "-n", APP_NAMESPACE, owner_pod, "--wait=false")

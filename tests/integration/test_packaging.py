@@ -77,7 +77,7 @@ class CleanEnv:
         return self.root / "bin" / "python"
 
     def run(
-        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+        self, *args: str | Path, env: dict[str, str] | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(a) for a in args],
