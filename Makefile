@@ -74,7 +74,7 @@ image:
 
 # The built image run as the chart runs it, against the local control plane.
 image-smoke: venv controlplane
-	LEASECRON_IMAGE=$(IMAGE) $(BIN)/pytest e2e/test_image_smoke.py $(PYTEST_ARGS)
+	LEASECRON_IMAGE=$(IMAGE) $(BIN)/pytest e2e/test_image_smoke.py e2e/test_image_example_app.py $(PYTEST_ARGS)
 
 # GitHub Actions workflows (actionlint is built once from the Go module proxy and cached).
 actionlint:

@@ -7,8 +7,7 @@ read-only root filesystem with /tmp writable as the chart's emptyDir makes it, e
 capability dropped, no privilege escalation) and logs in **in-cluster style**: a TokenRequest
 token of the chart's ServiceAccount, the API server's ca.crt and the namespace mounted where
 a pod has them, KUBERNETES_SERVICE_HOST/PORT set. Nothing is run on the host's behalf. The
-example app's Deployment (examples/app) is run the same way, as its ServiceAccount with the
-app RBAC the chart renders for examples/app/values.yaml.
+example app's Deployment is run the same way in test_image_example_app.py.
 
 Not part of `make test`: it needs a container engine able to run images (root podman or
 docker) and an image built from the commit under test; an image left from another commit
@@ -19,31 +18,23 @@ would test other code. It skips, with the reason, when `LEASECRON_IMAGE` is unse
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import yaml
 from kubernetes import client
 
 import leasecron
 from _containers import (
-    RBAC_KINDS,
     ROOT,
     Engine,
     Helm,
     container_of,
     free_port,
     in_cluster_args,
-    kubectl_apply,
-    kubectl_delete,
     lease_holder,
     metric_total,
     pod_env,
@@ -51,81 +42,23 @@ from _containers import (
     restricted_run_args,
     serviceaccount_dir,
 )
+from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
-    LABEL_JOB,
     SCHEDULEDJOB_PLURAL,
     VERSION,
-    job_lease_name,
 )
 from leasecron.testing import ControlPlane, find_assets
 from leasecron.testing.handlers import scheduled_job
 
-IMAGE_ENV = "LEASECRON_IMAGE"
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not os.environ.get(IMAGE_ENV),
-        reason=f"runs with `make image && make image-smoke` ({IMAGE_ENV} names the image)",
-    ),
-]
-EXAMPLE_APP = ROOT / "examples" / "app"
+pytestmark = [pytest.mark.e2e, NEEDS_IMAGE]
 ELECTION = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Running:
-    """The operator container, and what the test needs to talk to it."""
-
-    engine: Engine
-    name: str
-    namespace: str
-    lease: str
-    pod_name: str
-    health_port: int
-    metrics_port: int
-
-    def get(self, port: int, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError as e:
-            return 0, str(e)
-
-    def logs(self) -> str:
-        completed = self.engine.run("logs", self.name, check=False)
-        return (completed.stdout + completed.stderr)[-6000:]
-
-    def state(self) -> str:
-        return self.engine.run(
-            "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", self.name, check=False
-        ).stdout.strip()
 
 
 @pytest.fixture(scope="session")
 def engine_and_image() -> tuple[Engine, str]:
-    image = os.environ[IMAGE_ENV]
-    engine, reason = Engine.find()
-    if engine is None:
-        pytest.skip(reason)
-    if not engine.image_exists(image):
-        pytest.skip(f"no image {image} in {engine.name}: run `make image` first")
-    return engine, image
-
-
-def apply_rbac(
-    request: pytest.FixtureRequest, kubeconfig: Path, objects: list[dict[str, Any]]
-) -> None:
-    """Apply the rendered ServiceAccounts and RBAC; the cluster-scoped ones are deleted when
-    the test ends (the namespaced ones go with its namespace)."""
-    kubectl = find_assets().binary("kubectl")
-    rbac = [o for o in objects if o["kind"] in RBAC_KINDS]
-    cluster_scoped = [o for o in rbac if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    request.addfinalizer(lambda: kubectl_delete(kubectl, kubeconfig, cluster_scoped))
-    kubectl_apply(kubectl, kubeconfig, rbac)
+    return engine_and_image_or_skip()
 
 
 @pytest.fixture
@@ -275,127 +208,6 @@ def test_the_image_leads_flags_a_missed_run_serves_its_endpoints_and_releases_on
     exited = op.engine.run("wait", op.name, timeout=60).stdout.strip()
     assert exited == "0", f"exit status {exited}\n{op.logs()}"
     assert lease_holder(kube_api, namespace, op.lease) == ""
-
-
-def test_the_example_app_manifest_runs_from_the_image_with_the_chart_app_rbac(
-    request: pytest.FixtureRequest,
-    engine_and_image: tuple[Engine, str],
-    controlplane: Any,
-    kubeconfig: Path,
-    kube_api: Any,
-    namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
-) -> None:
-    """examples/app/example-app.yaml's container, run as its ServiceAccount with the RBAC the
-    chart renders for examples/app/values.yaml (moved to this test's namespace): it runs the
-    example jobs, and releases its single-owner Lease on SIGTERM."""
-    if not isinstance(controlplane, ControlPlane):
-        pytest.skip("needs the local control plane (the container reaches it on 127.0.0.1)")
-    engine, image = engine_and_image
-    values = yaml.safe_load((EXAMPLE_APP / "values.yaml").read_text())
-    values["app"]["namespaces"] = [namespace]
-    for account in values["app"]["serviceAccounts"]:
-        account["namespace"] = namespace
-    values["operator"] = {"namespaces": [namespace]}
-    objects = Helm(binary=find_assets().binary("helm"), home=tmp_path / "helm").template(
-        f"app-{secrets.token_hex(3)}",
-        namespace=namespace,
-        kube_version=controlplane.version,
-        values=values,
-    )
-    manifest = list(yaml.safe_load_all((EXAMPLE_APP / "example-app.yaml").read_text()))
-    (account,) = [
-        {**o, "metadata": {**o["metadata"], "namespace": namespace}}
-        for o in manifest
-        if o["kind"] == "ServiceAccount"
-    ]
-    apply_rbac(request, kubeconfig, [*objects, account])
-    kubectl = find_assets().binary("kubectl")
-    jobs = [
-        yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples" / "jobs").glob("*.yaml"))
-    ]
-    kubectl_apply(
-        kubectl,
-        kubeconfig,
-        [{**j, "metadata": {**j["metadata"], "namespace": namespace}} for j in jobs],
-    )
-    spec = container_of(manifest, "app")
-    pod = spec["pod"]
-    token = controlplane.mint_token(namespace=namespace, service_account=pod["serviceAccountName"])
-    secrets_dir = serviceaccount_dir(
-        tmp_path / "serviceaccount",
-        token=token,
-        ca_pem=controlplane.ca_file.read_bytes(),
-        namespace=namespace,
-    )
-    pod_name = f"example-app-{secrets.token_hex(3)}"
-    env = pod_env(spec, pod_name=pod_name, namespace=namespace)
-    command = spec["command"]
-    engine.run(
-        "run",
-        "--detach",
-        "--name",
-        pod_name,
-        "--network",
-        "host",
-        *engine.run_flags,
-        *restricted_run_args(pod=pod, container=spec),
-        *in_cluster_args(secrets_dir=secrets_dir, server=controlplane.server),
-        *[arg for k, v in env.items() for arg in ("-e", f"{k}={v}")],
-        "--entrypoint",
-        command[0],
-        image,
-        *command[1:],
-    )
-    app = Running(
-        engine=engine,
-        name=pod_name,
-        namespace=namespace,
-        lease=job_lease_name("queue-poller"),
-        pod_name=pod_name,
-        health_port=0,
-        metrics_port=0,
-    )
-    try:
-
-        def invoices() -> list[dict[str, Any]]:
-            listed = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                JOBRUN_PLURAL,
-                label_selector=f"{LABEL_JOB}=send-invoices",
-            )
-            runs: list[dict[str, Any]] = cast(dict[str, Any], listed)["items"]
-            return [
-                r
-                for r in runs
-                if (r.get("status") or {}).get("outcome") == "Succeeded"
-                and r["spec"]["holder"].startswith(pod_name)
-            ]
-
-        found = poll(
-            lambda: (
-                invoices()
-                or (app.state().startswith("exited") and f"exited: {app.state()}\n{app.logs()}")
-            ),
-            timeout=60,
-            what="a send-invoices run recorded",
-        )
-        assert isinstance(found, list), found
-        poll(
-            lambda: (lease_holder(kube_api, namespace, app.lease) or "").startswith(pod_name),
-            timeout=30,
-            what="the queue-poller Lease owned",
-        )
-        engine.run("kill", "--signal", "TERM", pod_name)
-        exited = engine.run("wait", pod_name, timeout=60).stdout.strip()
-        assert exited == "0", f"exit status {exited}\n{app.logs()}"
-        assert lease_holder(kube_api, namespace, app.lease) == ""
-    finally:
-        print(f"--- logs of {pod_name} ---\n{app.logs()}")
-        engine.run("rm", "--force", pod_name, check=False)
 
 
 def test_the_image_holds_exactly_the_locked_dependency_versions(
