@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 
-from _containers import RBAC_KINDS, Engine, kubectl_apply, kubectl_delete
+from _containers import (
+    RBAC_KINDS,
+    Engine,
+    in_cluster_args,
+    kubectl_apply,
+    kubectl_delete,
+    pod_env,
+    restricted_run_args,
+    serviceaccount_dir,
+)
 from leasecron.testing import find_assets
 
 IMAGE_ENV = "LEASECRON_IMAGE"
@@ -78,3 +87,47 @@ def apply_rbac(
     cluster_scoped = [o for o in rbac if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     request.addfinalizer(lambda: kubectl_delete(kubectl, kubeconfig, cluster_scoped))
     kubectl_apply(kubectl, kubeconfig, rbac)
+
+
+def start_as_pod(
+    engine: Engine,
+    *,
+    image: str,
+    spec: dict[str, Any],
+    name: str,
+    namespace: str,
+    controlplane: Any,
+    scratch: Path,
+) -> None:
+    """Start `spec` (a container of a rendered pod, its pod spec under "pod"; see
+    `container_of`) from `image` as the kubelet would: its command, arguments and environment
+    (downward API filled in with `name` and `namespace`), the pod's restricted security
+    settings, and an in-cluster login as the pod's ServiceAccount (a TokenRequest token, the
+    API server's ca.crt and `namespace`, written under `scratch`). The container is `name`."""
+    pod = spec["pod"]
+    token = controlplane.mint_token(namespace=namespace, service_account=pod["serviceAccountName"])
+    secrets_dir = serviceaccount_dir(
+        scratch / "serviceaccount",
+        token=token,
+        ca_pem=controlplane.ca_file.read_bytes(),
+        namespace=namespace,
+    )
+    env = pod_env(spec, pod_name=name, namespace=namespace)
+    command = spec["command"]
+    engine.run(
+        "run",
+        "--detach",
+        "--name",
+        name,
+        "--network",
+        "host",
+        *engine.run_flags,
+        *restricted_run_args(pod=pod, container=spec),
+        *in_cluster_args(secrets_dir=secrets_dir, server=controlplane.server),
+        *[arg for k, v in env.items() for arg in ("-e", f"{k}={v}")],
+        "--entrypoint",
+        command[0],
+        image,
+        *command[1:],
+        *spec.get("args", []),
+    )

@@ -20,15 +20,11 @@ from _containers import (
     Engine,
     Helm,
     container_of,
-    in_cluster_args,
     kubectl_apply,
     lease_holder,
-    pod_env,
     poll,
-    restricted_run_args,
-    serviceaccount_dir,
 )
-from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip
+from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip, start_as_pod
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, LABEL_JOB, VERSION, job_lease_name
 from leasecron.testing import ControlPlane, find_assets
 
@@ -85,33 +81,7 @@ def test_the_example_app_manifest_runs_from_the_image_with_the_chart_app_rbac(
         [{**j, "metadata": {**j["metadata"], "namespace": namespace}} for j in jobs],
     )
     spec = container_of(manifest, "app")
-    pod = spec["pod"]
-    token = controlplane.mint_token(namespace=namespace, service_account=pod["serviceAccountName"])
-    secrets_dir = serviceaccount_dir(
-        tmp_path / "serviceaccount",
-        token=token,
-        ca_pem=controlplane.ca_file.read_bytes(),
-        namespace=namespace,
-    )
     pod_name = f"example-app-{secrets.token_hex(3)}"
-    env = pod_env(spec, pod_name=pod_name, namespace=namespace)
-    command = spec["command"]
-    engine.run(
-        "run",
-        "--detach",
-        "--name",
-        pod_name,
-        "--network",
-        "host",
-        *engine.run_flags,
-        *restricted_run_args(pod=pod, container=spec),
-        *in_cluster_args(secrets_dir=secrets_dir, server=controlplane.server),
-        *[arg for k, v in env.items() for arg in ("-e", f"{k}={v}")],
-        "--entrypoint",
-        command[0],
-        image,
-        *command[1:],
-    )
     app = Running(
         engine=engine,
         name=pod_name,
@@ -122,6 +92,15 @@ def test_the_example_app_manifest_runs_from_the_image_with_the_chart_app_rbac(
         metrics_port=0,
     )
     try:
+        start_as_pod(
+            engine,
+            image=image,
+            spec=spec,
+            name=pod_name,
+            namespace=namespace,
+            controlplane=controlplane,
+            scratch=tmp_path,
+        )
 
         def invoices() -> list[dict[str, Any]]:
             listed = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(

@@ -34,15 +34,11 @@ from _containers import (
     Helm,
     container_of,
     free_port,
-    in_cluster_args,
     lease_holder,
     metric_total,
-    pod_env,
     poll,
-    restricted_run_args,
-    serviceaccount_dir,
 )
-from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip
+from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip, start_as_pod
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
@@ -96,45 +92,16 @@ def operator_container(
     apply_rbac(request, kubeconfig, objects)
     spec = container_of(objects, "operator")
     pod = spec["pod"]
-    # The chart's restricted settings, mapped to the engine's flags (it fails on others).
+    # The chart's restricted settings (start_as_pod maps them to the engine's flags).
     assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (
         65532,
         65532,
     )
-    security = restricted_run_args(pod=pod, container=spec)
-    account = pod["serviceAccountName"]
-    token = controlplane.mint_token(namespace=namespace, service_account=account)
-    secrets_dir = serviceaccount_dir(
-        tmp_path / "serviceaccount",
-        token=token,
-        ca_pem=controlplane.ca_file.read_bytes(),
-        namespace=namespace,
-    )
     pod_name = f"{release}-operator-0"
-    env = pod_env(spec, pod_name=pod_name, namespace=namespace)
-    name = f"leasecron-{release}"
-    command = spec["command"]
-    engine.run(
-        "run",
-        "--detach",
-        "--name",
-        name,
-        "--network",
-        "host",
-        *engine.run_flags,
-        *security,
-        *in_cluster_args(secrets_dir=secrets_dir, server=controlplane.server),
-        *[arg for k, v in env.items() for arg in ("-e", f"{k}={v}")],
-        "--entrypoint",
-        command[0],
-        image,
-        *command[1:],
-        *spec["args"],
-    )
     lease = next(a.split("=", 1)[1] for a in spec["args"] if a.startswith("--election-lease-name="))
     running = Running(
         engine=engine,
-        name=name,
+        name=pod_name,
         namespace=namespace,
         lease=lease,
         pod_name=pod_name,
@@ -142,10 +109,19 @@ def operator_container(
         metrics_port=metrics_port,
     )
     try:
+        start_as_pod(
+            engine,
+            image=image,
+            spec=spec,
+            name=pod_name,
+            namespace=namespace,
+            controlplane=controlplane,
+            scratch=tmp_path,
+        )
         yield running
     finally:
-        print(f"--- logs of {name} ---\n{running.logs()}")
-        engine.run("rm", "--force", name, check=False)
+        print(f"--- logs of {pod_name} ---\n{running.logs()}")
+        engine.run("rm", "--force", pod_name, check=False)
 
 
 def test_the_image_leads_flags_a_missed_run_serves_its_endpoints_and_releases_on_sigterm(
