@@ -141,6 +141,16 @@ def test_the_wheel_without_extras_installs_neither_kopf_nor_cryptography_nor_pyt
     }
 
 
+def test_installing_leasecron_registers_no_pytest_plugin(clean_env: CleanEnv) -> None:
+    probe = (
+        "import importlib.metadata as m; "
+        "print([e.value for e in m.entry_points(group='pytest11') if 'leasecron' in e.value])"
+    )
+    completed = clean_env.run(clean_env.python, "-c", probe)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "[]"
+
+
 def test_the_cli_names_the_extra_a_subcommand_needs_and_runs_the_ones_that_need_none(
     clean_env: CleanEnv,
 ) -> None:
