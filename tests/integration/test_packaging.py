@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -105,8 +106,18 @@ def uv(*args: str | Path, timeout: float = 240) -> str:
 @pytest.fixture(scope="module")
 def clean_env(tmp_path_factory: pytest.TempPathFactory) -> CleanEnv:
     work = tmp_path_factory.mktemp("packaging")
+    # A copy of what the build reads: setuptools writes its egg-info next to the sources, and
+    # one in the checkout would be seen as a second installed leasecron.
+    source = work / "src"
+    shutil.copytree(
+        ROOT / "operator",
+        source / "operator",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     dist = work / "dist"
-    uv("build", "--quiet", "--out-dir", dist, ROOT)
+    uv("build", "--quiet", "--out-dir", dist, source)
     wheels = sorted(dist.glob("leasecron-*.whl"))
     sdists = sorted(dist.glob("leasecron-*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, f"uv build made {sorted(dist.iterdir())}"

@@ -74,3 +74,34 @@ def test_the_image_lock_pins_the_base_and_operator_dependencies_with_hashes_and_
     assert not {"cryptography", "pytest", "leasecron"} & pinned
     entries = re.split(r"\n(?=[A-Za-z0-9_.-]+==)", lock.split("\n", 2)[2].strip())
     assert all("--hash=sha256:" in entry for entry in entries)
+
+
+def test_an_extra_module_missing_deeper_in_a_subcommand_import_is_named_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.import_module
+
+    def import_module(name: str, package: str | None = None) -> object:
+        if name == "leasecron.cli._status":
+            raise ModuleNotFoundError("No module named 'cryptography'", name="cryptography")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 1
+    assert "pip install 'leasecron[testing]'" in result.output
+
+
+def test_a_missing_module_that_no_extra_provides_is_not_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.import_module
+
+    def import_module(name: str, package: str | None = None) -> object:
+        if name == "leasecron.cli._status":
+            raise ModuleNotFoundError("No module named 'yaml'", name="yaml")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    result = CliRunner().invoke(main, ["status"])
+    assert isinstance(result.exception, ModuleNotFoundError)
