@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from leasecron.coordination.members import ROLE_MEMBER
 from leasecron.kube.clients import Kube, collection_path
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
@@ -43,7 +44,6 @@ from leasecron.operator._observed import (
 
 Key = tuple[str, str]
 """(namespace, name) of a ScheduledJob."""
-ROLE_MEMBER = "member"
 ROLE_LEADER = "leader"
 
 

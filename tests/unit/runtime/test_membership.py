@@ -6,9 +6,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from leasecron.coordination.members import live_members, member_body, member_selector
 from leasecron.models.clocks import FakeClock
 from leasecron.models.leases import LeaseRecord
-from leasecron.runtime._membership import live_members, member_body, member_selector
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

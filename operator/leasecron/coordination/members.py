@@ -1,0 +1,152 @@
+"""`MemberLease`: a replica's membership Lease in its group, written through coordination like
+every other Lease of leasecron, and the pure rules about members (`member_body`,
+`live_members`, `member_selector`).
+
+A member Lease is named `member_lease_name(group, identity)`, labelled with its group and
+`role=member`, holds its replica, and is annotated with the JSON list of its handler names. It
+is written create-or-replace at the version this replica wrote last; a conflict, a NotFound or
+a reply that was lost (the write may have landed) is answered by reading it back and writing
+again. A member is live while its Lease changed less than its leaseDurationSeconds ago by the
+reader's monotonic clock (the same rule as any grant, DESIGN §5).
+
+What it does not promise: that two replicas see the same member list at every instant.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from leasecron._logs import get_logger
+from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, OutcomeUnknown
+from leasecron.kube.leases import LeaseStore
+from leasecron.models.clocks import Clock
+from leasecron.models.decisions import Observation, grant_live
+from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
+from leasecron.models.names import (
+    ANNOTATION_HANDLERS,
+    LABEL_GROUP,
+    LABEL_MANAGED_BY,
+    LABEL_ROLE,
+    MANAGED_BY,
+    member_lease_name,
+)
+
+_log = get_logger("leasecron.coordination.members")
+ROLE_MEMBER = "member"
+_WRITES = 3
+
+
+def member_selector(group: str) -> str:
+    """The label selector of a group's member Leases."""
+    return f"{LABEL_GROUP}={group},{LABEL_ROLE}={ROLE_MEMBER}"
+
+
+def member_body(
+    *,
+    record: LeaseRecord,
+    group: str,
+    handlers: Sequence[str],
+    base: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The member Lease for `record`, labelled and annotated with the handler names."""
+    labels = {LABEL_GROUP: group, LABEL_ROLE: ROLE_MEMBER, LABEL_MANAGED_BY: MANAGED_BY}
+    body = lease_body(record, base=base, labels=labels)
+    annotations = body["metadata"].setdefault("annotations", {})
+    annotations[ANNOTATION_HANDLERS] = json.dumps(sorted(handlers), separators=(",", ":"))
+    return body
+
+
+def live_members(
+    objects: Iterable[dict[str, Any]],
+    *,
+    observed_at: Callable[[str | None, str], float | None],
+    now: float,
+    identity: str,
+    fallback_s: float,
+) -> list[str]:
+    """The holders of the member Leases in `objects` that are live at local monotonic `now`
+    (changed less than their leaseDurationSeconds ago, as `observed_at` says), plus
+    `identity`, sorted."""
+    live = {identity}
+    for obj in objects:
+        record = parse_lease(obj)
+        seen_at = observed_at(record.namespace or None, record.name)
+        if seen_at is None or not record.holder:
+            continue
+        seen = Observation(record=record, observed_at=seen_at)
+        if grant_live(seen, now_mono=now, fallback_s=fallback_s):
+            live.add(record.holder)
+    return sorted(live)
+
+
+class MemberLease:
+    """This replica's member Lease: `write()` creates or renews it, `delete()` removes it."""
+
+    def __init__(
+        self,
+        leases: LeaseStore,
+        *,
+        namespace: str,
+        group: str,
+        identity: str,
+        handlers: Callable[[], Sequence[str]],
+        clock: Clock,
+        duration_s: int,
+    ) -> None:
+        self._leases = leases
+        self.namespace = namespace
+        self.group = group
+        self.identity = identity
+        self.name = member_lease_name(group, identity)
+        self._handlers = handlers
+        self._clock = clock
+        self._duration_s = duration_s
+        self._current: dict[str, Any] | None = None
+
+    @property
+    def written(self) -> bool:
+        return self._current is not None
+
+    def _record(self) -> LeaseRecord:
+        now = self._clock.now()
+        current = parse_lease(self._current) if self._current is not None else None
+        return LeaseRecord(
+            name=self.name,
+            namespace=self.namespace,
+            holder=self.identity,
+            lease_duration_s=self._duration_s,
+            acquire_time=current.acquire_time if current and current.acquire_time else now,
+            renew_time=now,
+            transitions=0,
+            resource_version=current.resource_version if current else None,
+        )
+
+    async def write(self) -> None:
+        """Create the Lease, or replace it at the version we wrote last; after a Conflict, a
+        NotFound or a lost reply, start again from what the server has."""
+        for _ in range(_WRITES):
+            body = member_body(
+                record=self._record(),
+                group=self.group,
+                handlers=self._handlers(),
+                base=self._current,
+            )
+            try:
+                if self._current is None:
+                    self._current = await self._leases.create(namespace=self.namespace, body=body)
+                else:
+                    self._current = await self._leases.replace(namespace=self.namespace, body=body)
+                return
+            except (Conflict, NotFound, AlreadyExists, OutcomeUnknown):
+                self._current = await self._leases.get(namespace=self.namespace, name=self.name)
+        raise Conflict(f"member Lease {self.name} kept changing under us", reason="Conflict")
+
+    async def delete(self) -> None:
+        """Remove the Lease (best effort: it expires anyway)."""
+        try:
+            await self._leases.delete(namespace=self.namespace, name=self.name)
+        except KubeError as e:
+            _log.info("member Lease not deleted", lease=self.name, error=repr(e))
+        self._current = None
