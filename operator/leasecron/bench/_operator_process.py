@@ -52,6 +52,7 @@ class OperatorSubprocess:
         renew_deadline: str = "8s",
         retry_period: str = "1s",
         log_level: str = "info",
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.health_port, self.metrics_port = _free_ports(2)
         self.identity = identity or f"operator-{secrets.token_hex(3)}"
@@ -70,6 +71,7 @@ class OperatorSubprocess:
             f"--election-lease-duration={lease_duration}",
             f"--election-renew-deadline={renew_deadline}",
             f"--election-retry-period={retry_period}",
+            *extra_args,
         ]
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         log_path.parent.mkdir(parents=True, exist_ok=True)

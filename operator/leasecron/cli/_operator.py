@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from datetime import timedelta
 
 import click
 
 from leasecron._logs import configure
 from leasecron.models.configs import ConfigError, ElectionConfig
+from leasecron.models.durations import parse_duration
 from leasecron.models.identity import make_identity
 from leasecron.operator import DEFAULT_LEASE, OperatorConfig, OperatorProcess
 
@@ -37,6 +39,16 @@ def _election(lease_duration: str, renew_deadline: str, retry_period: str) -> El
         ):
             flags = flags.replace(field, flag)
         raise click.BadParameter(flags) from e
+
+
+def _grace(text: str) -> timedelta:
+    try:
+        grace = parse_duration(text)
+    except ValueError as e:
+        raise click.BadParameter(f"--run-record-grace {text!r}: {e}") from e
+    if grace < timedelta(0):
+        raise click.BadParameter(f"--run-record-grace {text!r}: must not be negative")
+    return grace
 
 
 @click.command("operator")
@@ -103,6 +115,13 @@ def _election(lease_duration: str, renew_deadline: str, retry_period: str) -> El
     help="Namespace of the election Lease [default: $POD_NAMESPACE or default].",
 )
 @click.option(
+    "--run-record-grace",
+    default="30s",
+    show_default=True,
+    help="How long past a claimed tick's startingDeadline its JobRun may take to appear "
+    "before the tick is alarmed as MissedRun.",
+)
+@click.option(
     "--identity",
     default=None,
     help="This replica's identity in the election [default: pod name + suffix].",
@@ -118,10 +137,12 @@ def operator_command(
     election_retry_period: str,
     election_lease_name: str,
     election_namespace: str | None,
+    run_record_grace: str,
     identity: str | None,
 ) -> None:
     """Run the leasecron operator: validation, status, missed-run alarms, history, Leases."""
     election = _election(election_lease_duration, election_renew_deadline, election_retry_period)
+    grace = _grace(run_record_grace)
     configure(level=log_level)
     config = OperatorConfig(
         identity=identity or make_identity(),
@@ -132,6 +153,7 @@ def operator_command(
         metrics_port=metrics_port,
         health_port=health_port,
         bind_address=bind_address,
+        run_record_grace=grace,
     )
     code = asyncio.run(OperatorProcess(config).run())
     sys.exit(code)

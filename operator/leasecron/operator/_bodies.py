@@ -44,12 +44,15 @@ def owner_reference(ref: JobRef) -> dict[str, Any]:
     }
 
 
-def job_lease(facts: JobFacts) -> dict[str, Any]:
-    """A free Lease for a coordinated job, labelled and owned by the job (create only)."""
+def job_lease(facts: JobFacts, *, transitions: int = 0) -> dict[str, Any]:
+    """A free Lease for a coordinated job, labelled and owned by the job (create only).
+    `transitions` is the job's token floor: the first grant on the Lease gets the next one."""
     name = facts.job_lease
     if name is None:
         raise ValueError(f"job {facts.ref.name} ({facts.bucket}) has no Lease of its own")
-    record = LeaseRecord(name=name, namespace=facts.ref.namespace)
+    if transitions < 0:
+        raise ValueError(f"transitions: {transitions} is below 0")
+    record = LeaseRecord(name=name, namespace=facts.ref.namespace, transitions=transitions)
     labels = {
         LABEL_JOB: job_label_value(facts.ref.name),
         LABEL_ROLE: ROLE_JOB,
@@ -59,13 +62,8 @@ def job_lease(facts: JobFacts) -> dict[str, Any]:
     return lease_body(record, labels=labels, owner_reference=owner_reference(facts.ref))
 
 
-def missed_run(facts: JobFacts, *, tick: datetime, now: datetime) -> dict[str, Any]:
+def missed_run(facts: JobFacts, *, tick: datetime, now: datetime, message: str) -> dict[str, Any]:
     """The `Missed` JobRun of `tick` (same name a replica would have used for the tick)."""
-    deadline = facts.starting_deadline.total_seconds()
-    message = (
-        f"No replica of group {facts.group} started tick {format_tick(tick)} "
-        f"within startingDeadline ({deadline:g}s)."
-    )
     run = JobRun.for_tick(
         job=facts.ref.name,
         tick=tick,

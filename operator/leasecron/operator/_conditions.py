@@ -43,6 +43,7 @@ REASON_NOT_TRACKED = "NotTracked"
 REASON_OWNED = "Owned"
 REASON_NO_TICK_DUE = "NoTickDue"
 REASON_AWAITING_OWNER = "AwaitingOwner"
+REASON_AWAITING_RUN_RECORD = "AwaitingRunRecord"
 
 
 @dataclass(frozen=True, kw_only=True)

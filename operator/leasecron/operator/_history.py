@@ -9,7 +9,10 @@ finished runs to delete so that a job keeps only its configured history.
 - **Pruning**: finished runs are kept per outcome class, newest first: `history.succeeded`
   runs with outcome `Succeeded`, and `history.failed` runs of every other finished outcome
   (`Failed`, `LostLock`, `Abandoned`, `Missed`, `Unguarded`). Runs still `Running` (or without
-  an outcome yet) are never pruned.
+  an outcome yet) are never pruned, nor are runs of ticks the missed-run judgement may still
+  look at (`keep_ticks_after`: the last startingDeadline + grace + run-record grace), since a
+  tick without its JobRun would be taken for a missed one; so a frequent job keeps a few more
+  runs than its limits for that long.
 
 Pure functions over plain values; `_reconciler` does the writes.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from leasecron.models.names import member_lease_name
 from leasecron.operator._facts import JobFacts
@@ -61,10 +65,15 @@ def runs_to_prune(runs: Sequence[RunView], *, succeeded: int, failed: int) -> li
     return sorted(extra, key=lambda run: run.order)
 
 
-def plan_history(facts: JobFacts, snapshot: Snapshot) -> HistoryPlan:
-    """What to do with the job's JobRuns in this pass."""
+def plan_history(
+    facts: JobFacts, snapshot: Snapshot, *, keep_ticks_after: datetime | None = None
+) -> HistoryPlan:
+    """What to do with the job's JobRuns in this pass; runs of ticks after
+    `keep_ticks_after` are kept whatever the limits say."""
     abandoned = abandoned_runs(facts, snapshot)
     prune = runs_to_prune(
         snapshot.runs, succeeded=facts.history_succeeded, failed=facts.history_failed
     )
+    if keep_ticks_after is not None:
+        prune = [run for run in prune if run.tick is None or run.tick <= keep_ticks_after]
     return HistoryPlan(abandoned=tuple(abandoned), prune=tuple(prune))

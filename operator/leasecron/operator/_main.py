@@ -23,6 +23,7 @@ import contextlib
 import signal
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from leasecron import _metrics as shared_metrics
@@ -37,6 +38,7 @@ from leasecron.models.configs import ElectionConfig
 from leasecron.models.names import LABEL_ROLE
 from leasecron.operator._health import HealthServer
 from leasecron.operator._kopf import run_kopf
+from leasecron.operator._missed import DEFAULT_RECORD_GRACE
 from leasecron.operator._reconciler import Reconciler
 
 _log = get_logger("leasecron.operator")
@@ -63,6 +65,8 @@ class OperatorConfig:
     bind_address: str = "0.0.0.0"
     interval: float = 1.0
     kubeconfig: str | None = None
+    run_record_grace: timedelta = DEFAULT_RECORD_GRACE
+    """How long a claimed tick may wait past its startingDeadline for its JobRun."""
 
 
 async def _first(*awaitables: Awaitable[Any]) -> None:
@@ -216,6 +220,7 @@ class OperatorProcess:
             identity=config.identity,
             may_write=self.may_write,
             interval=config.interval,
+            record_grace=config.run_record_grace,
         )
         self._reconciler = reconciler
         if not await self._start_caches(reconciler):
@@ -246,6 +251,7 @@ class OperatorProcess:
             await asyncio.wait_for(
                 asyncio.gather(kopf_task, loop_task, return_exceptions=True), SHUTDOWN_S
             )
+        await reconciler.floors.stop()
         await reconciler.world.stop()
         if self._stop.is_set():
             _log.info("stopping on signal", identity=config.identity)

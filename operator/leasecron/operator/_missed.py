@@ -2,14 +2,27 @@
 
 What "missed" means, per bucket:
 
-- **once-per-tick**: tick T is missed when nobody claimed it by `T + startingDeadline`: no
-  JobRun for T (other than a `Missed` one) and the job Lease's tick annotation (the claim
-  high-water mark) is below T. It is judged `JUDGE_GRACE` after the deadline, so a claim made
-  just before the deadline has time to reach the operator's watch. Each missed tick not yet
-  recorded gets a `Missed` JobRun, a Warning Event and a count; `OnSchedule` is False while
-  the latest due tick is missed and True again once a later tick is claimed. Ticks before the
-  job was created, resumed or changed are not expected. After a restart the operator looks at
-  the latest due tick only (older ticks it cannot tell apart from ones it pruned).
+- **once-per-tick**: a tick counts as run only on evidence of a run: a JobRun for it (named
+  `<job>-<yyyymmddhhmmss>`) with any outcome but `Missed` (Running, Succeeded, Failed,
+  LostLock, Unguarded, ...). A claim alone is not a run: a claim whose write landed while its
+  reply was lost leaves the Lease saying "tick T is claimed" while nobody runs T. So tick T is
+  missed when it has no JobRun and
+  - nobody claimed it by `T + startingDeadline` (for `coordination: Lock`, the job Lease's
+    tick annotation, the claim high-water mark, is below T), judged `JUDGE_GRACE` after the
+    deadline so that a claim made just before it has time to reach the operator's watch; or
+  - it was claimed (the high-water mark reached T), or it may have been (`coordination:
+    Leader` jobs have no per-tick claim on a Lease), but no JobRun for it has appeared by
+    `T + startingDeadline + record_grace`. Run records may arrive late (written off the start
+    path, retried); `record_grace` (the operator's `--run-record-grace`, default
+    `DEFAULT_RECORD_GRACE`) is how long the operator waits for one before it alarms.
+  Each missed tick not yet recorded gets a `Missed` JobRun, a Warning Event and a count; a
+  replica that holds the tick and records its run later takes that record over. `OnSchedule`
+  is False while the latest due tick is missed and True again once a later tick has run; while
+  the latest due tick awaits its record it keeps what it said. Ticks before the job was
+  created, resumed or changed are not expected. After a restart the operator judges the latest
+  due tick, and the claimed ticks of the last `startingDeadline + JUDGE_GRACE + record_grace`
+  (at most `WINDOW_LIMIT`) that have no JobRun: JobRuns are never pruned that early (see
+  `_history`), so a tick run before the restart is never taken for a missed one.
 - **single-owner**: there are no ticks; the job is missed when no replica has held its Lease
   for longer than `startingDeadline`. One Event and one count per such gap, no JobRun (a
   single-owner JobRun records an ownership term, and a gap is not one).
@@ -28,13 +41,23 @@ from leasecron.models.decisions import grant_live
 from leasecron.models.durations import format_duration
 from leasecron.models.names import format_tick, jobrun_name
 from leasecron.operator import _conditions as c
-from leasecron.operator._facts import EVERY_REPLICA, SINGLE_OWNER, JobFacts
+from leasecron.operator._facts import EVERY_REPLICA, LOCK, SINGLE_OWNER, JobFacts
 from leasecron.operator._observed import MISSED, RunView, Snapshot
 from leasecron.operator._ticks import TickWindow, advance, ticks_after
 
 JUDGE_GRACE = timedelta(seconds=1)
 WINDOW_LIMIT = 10
 """At most this many due ticks are examined (and recorded) per job and pass."""
+DEFAULT_RECORD_GRACE = timedelta(seconds=30)
+"""How long after `T + startingDeadline` a claimed tick may wait for its JobRun."""
+_EPSILON = timedelta(microseconds=1)
+
+# What is known of one due tick.
+RAN = "ran"  # a JobRun other than Missed
+RECORDED_MISSED = "recorded-missed"  # a Missed JobRun
+UNCLAIMED = "unclaimed"  # no JobRun, no claim: missed
+UNRUN_CLAIM = "unrun-claim"  # claimed, no JobRun by the record grace: missed
+PENDING = "pending"  # claimed, no JobRun yet, within the record grace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +76,8 @@ class Memory:
     """Ticks around now: `following` is the next tick."""
     judged: TickWindow | None = None
     """Ticks around now - startingDeadline - grace: `latest` is the due tick."""
+    pending: tuple[datetime, ...] = ()
+    """Due ticks that were (or may have been) claimed and await their JobRun."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +89,9 @@ class Expectation:
     new_missed: tuple[datetime, ...]
     gap_alarm: bool
     memory: Memory
+    unrun_claims: frozenset[datetime] = frozenset()
+    """The ticks of `new_missed` that were claimed but never run."""
+    record_grace: timedelta = DEFAULT_RECORD_GRACE
 
 
 def initial_memory(
@@ -123,9 +151,15 @@ def _condition(facts: JobFacts, status: str, reason: str, message: str) -> c.Con
 
 
 def expect(
-    facts: JobFacts, snapshot: Snapshot, memory: Memory, previous: dict[str, c.Condition]
+    facts: JobFacts,
+    snapshot: Snapshot,
+    memory: Memory,
+    previous: dict[str, c.Condition],
+    *,
+    record_grace: timedelta = DEFAULT_RECORD_GRACE,
 ) -> Expectation:
-    """Judge the job's schedule against what replicas did."""
+    """Judge the job's schedule against what replicas did; a claimed tick may wait
+    `record_grace` past its starting deadline for its JobRun."""
     memory = _followed(memory, facts, snapshot.now)
     if facts.suspend:
         return Expectation(
@@ -146,7 +180,7 @@ def expect(
         )
     if facts.bucket == SINGLE_OWNER:
         return _expect_owner(facts, snapshot, memory, previous)
-    return _expect_ticks(facts, snapshot, memory)
+    return _expect_ticks(facts, snapshot, memory, previous, record_grace=record_grace)
 
 
 def _expect_owner(
@@ -194,24 +228,100 @@ def _expect_owner(
     )
 
 
-def _claimed(
-    facts: JobFacts,
-    snapshot: Snapshot,
-    runs: dict[str, RunView],
-    tick: datetime,
-    *,
-    missed_ok: bool,
-) -> bool:
-    """True when tick has a JobRun (a `Missed` one only counts when `missed_ok`) or the job
-    Lease's high-water mark reached it."""
-    run = runs.get(jobrun_name(facts.ref.name, tick))
-    if run is not None and (missed_ok or run.outcome != MISSED):
+def missed_message(facts: JobFacts, tick: datetime, *, claimed: bool, grace: timedelta) -> str:
+    """Why `tick` is missed, in the words of the condition, the Event and the JobRun."""
+    deadline = format_duration(facts.starting_deadline)
+    if claimed:
+        return (
+            f"Tick {format_tick(tick)} was claimed but no run of it was recorded within "
+            f"startingDeadline {deadline} and the run-record grace {format_duration(grace)}."
+        )
+    return (
+        f"Tick {format_tick(tick)} was not started within startingDeadline {deadline}: "
+        f"no replica of group {facts.group} claimed it."
+    )
+
+
+def _maybe_claimed(facts: JobFacts, snapshot: Snapshot, tick: datetime) -> bool:
+    """Whether `tick` was, or may have been, claimed: for `coordination: Lock` the job
+    Lease's high-water mark reached it; a `Leader` job has no per-tick claim to look at."""
+    if facts.coordination != LOCK:
         return True
     lease = snapshot.job_lease
     return lease is not None and lease.record.tick is not None and lease.record.tick >= tick
 
 
-def _expect_ticks(facts: JobFacts, snapshot: Snapshot, memory: Memory) -> Expectation:
+def verdict(
+    facts: JobFacts,
+    snapshot: Snapshot,
+    runs: dict[str, RunView],
+    tick: datetime,
+    *,
+    record_grace: timedelta,
+) -> str:
+    """What is known of due tick `tick`: RAN, RECORDED_MISSED, UNCLAIMED, PENDING or
+    UNRUN_CLAIM."""
+    run = runs.get(jobrun_name(facts.ref.name, tick))
+    if run is not None:
+        return RECORDED_MISSED if run.outcome == MISSED else RAN
+    if not _maybe_claimed(facts, snapshot, tick):
+        return UNCLAIMED
+    if snapshot.now < tick + facts.starting_deadline + record_grace:
+        return PENDING
+    return UNRUN_CLAIM
+
+
+def _window(facts: JobFacts, memory: Memory, due: datetime, *, horizon: datetime) -> list[datetime]:
+    """The due ticks to judge in this pass: those since the last pass, or (first pass) those
+    of the horizon, plus the pending ones; at most WINDOW_LIMIT new ones, the newest."""
+    assert facts.schedule is not None
+    after = memory.checked_through
+    if after is None:
+        after = max(horizon, memory.since) - _EPSILON
+    fresh = ticks_after(facts.schedule, after, due, limit=WINDOW_LIMIT) if after < due else []
+    ticks = {tick for tick in (*memory.pending, *fresh) if tick >= memory.since}
+    return sorted(ticks)
+
+
+def _tick_condition(
+    facts: JobFacts,
+    due: datetime,
+    seen: str,
+    *,
+    runs: dict[str, RunView],
+    previous: dict[str, c.Condition],
+    grace: timedelta,
+) -> c.Condition:
+    deadline = format_duration(facts.starting_deadline)
+    if seen == RAN:
+        message = f"Tick {format_tick(due)} started within startingDeadline {deadline}."
+        return _condition(facts, c.TRUE, c.REASON_ON_SCHEDULE, message)
+    if seen == PENDING:
+        before = previous.get(c.ON_SCHEDULE)
+        if before is not None and before.reason in (c.REASON_ON_SCHEDULE, c.REASON_MISSED_RUN):
+            return replace(before, observed_generation=facts.ref.generation)
+        message = (
+            f"Tick {format_tick(due)} was claimed; its run record is awaited until "
+            f"startingDeadline {deadline} and the run-record grace {format_duration(grace)} "
+            f"have passed."
+        )
+        return _condition(facts, c.TRUE, c.REASON_AWAITING_RUN_RECORD, message)
+    if seen == RECORDED_MISSED:
+        run = runs[jobrun_name(facts.ref.name, due)]
+        message = run.message or missed_message(facts, due, claimed=False, grace=grace)
+    else:
+        message = missed_message(facts, due, claimed=seen == UNRUN_CLAIM, grace=grace)
+    return _condition(facts, c.FALSE, c.REASON_MISSED_RUN, message)
+
+
+def _expect_ticks(
+    facts: JobFacts,
+    snapshot: Snapshot,
+    memory: Memory,
+    previous: dict[str, c.Condition],
+    *,
+    record_grace: timedelta,
+) -> Expectation:
     assert facts.schedule is not None
     judged_at = snapshot.now - facts.starting_deadline - JUDGE_GRACE
     judged = advance(facts.schedule, judged_at, since=memory.since, previous=memory.judged)
@@ -225,28 +335,29 @@ def _expect_ticks(facts: JobFacts, snapshot: Snapshot, memory: Memory) -> Expect
             new_missed=(),
             gap_alarm=False,
             memory=memory,
+            record_grace=record_grace,
         )
-    if memory.checked_through is None:
-        window = [due]
-    else:
-        window = ticks_after(facts.schedule, memory.checked_through, due, limit=WINDOW_LIMIT)
     runs = {run.name: run for run in snapshot.runs}
-    new_missed = tuple(
-        tick
-        for tick in window
-        if tick >= memory.since and not _claimed(facts, snapshot, runs, tick, missed_ok=True)
+    horizon = judged_at - record_grace
+    seen = {
+        tick: verdict(facts, snapshot, runs, tick, record_grace=record_grace)
+        for tick in _window(facts, memory, due, horizon=horizon)
+    }
+    if memory.checked_through is None:  # first pass: only claims are looked for before `due`
+        seen = {t: v for t, v in seen.items() if t == due or v not in (UNCLAIMED, RAN)}
+    due_seen = seen.get(due) or verdict(facts, snapshot, runs, due, record_grace=record_grace)
+    new_missed = tuple(tick for tick, v in sorted(seen.items()) if v in (UNCLAIMED, UNRUN_CLAIM))
+    pending = tuple(tick for tick, v in sorted(seen.items()) if v == PENDING)
+    memory = replace(memory, checked_through=due, pending=pending)
+    condition = _tick_condition(
+        facts, due, due_seen, runs=runs, previous=previous, grace=record_grace
     )
-    memory = replace(memory, checked_through=due)
-    deadline = format_duration(facts.starting_deadline)
-    if _claimed(facts, snapshot, runs, due, missed_ok=False):
-        message = f"Tick {format_tick(due)} started within startingDeadline {deadline}."
-        condition = _condition(facts, c.TRUE, c.REASON_ON_SCHEDULE, message)
-    else:
-        message = (
-            f"Tick {format_tick(due)} was not started within startingDeadline {deadline}: "
-            f"no replica of group {facts.group} claimed it."
-        )
-        condition = _condition(facts, c.FALSE, c.REASON_MISSED_RUN, message)
     return Expectation(
-        condition=condition, due=due, new_missed=new_missed, gap_alarm=False, memory=memory
+        condition=condition,
+        due=due,
+        new_missed=new_missed,
+        gap_alarm=False,
+        memory=memory,
+        unrun_claims=frozenset(t for t in new_missed if seen[t] == UNRUN_CLAIM),
+        record_grace=record_grace,
     )

@@ -7,6 +7,14 @@ its group's members: `World` reports these) or when time alone can change it (`r
 Jobs go through a deduplicating work queue served by a bounded number of workers, so a burst
 of work on many jobs never holds up the others, and a job with nothing to do costs nothing.
 
+Token floors (`coordination.floors`): a job Lease is created at the job's token floor, so its
+first grant continues the job's tokens; a coordinated job whose Lease has handed out a token
+carries the finalizer `leasecron.dev/token-floor`, and on deletion its last token (Lease,
+JobRuns, status) is recorded on the namespace's floors Lease before the finalizer is removed.
+A record that keeps failing holds the deletion for at most `finalize_limit_s`, then the
+finalizer goes anyway (logged as an error). A job Lease seen deleted has its last token
+recorded too.
+
 Writes go through the fenced `Writer`; a `Fenced` write ends the loop. API errors are logged
 and the job is retried a second later. What it does not promise: that a missed-run count is
 exact across a crash between recording a Missed JobRun and writing the status (it may then
@@ -19,19 +27,25 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError
 from leasecron.models.clocks import Clock
-from leasecron.models.durations import format_duration
 from leasecron.models.names import format_tick
 from leasecron.operator import _bodies, _metrics
 from leasecron.operator import _conditions as c
 from leasecron.operator._facts import Invalid, JobFacts
+from leasecron.operator._floors import FINALIZE_LIMIT_S, FloorKeeper
 from leasecron.operator._jobstatus import desired_status, invalid_status, status_patch
-from leasecron.operator._missed import Memory, initial_memory
+from leasecron.operator._missed import (
+    DEFAULT_RECORD_GRACE,
+    Memory,
+    initial_memory,
+    missed_message,
+)
 from leasecron.operator._plan import JobPlan, plan_job
 from leasecron.operator._world import Key, World
 from leasecron.operator._writes import Fenced, Writer
@@ -59,13 +73,23 @@ class Reconciler:
         may_write: Callable[[], bool],
         interval: float = 1.0,
         concurrency: int = 16,
+        record_grace: timedelta = DEFAULT_RECORD_GRACE,
+        finalize_limit_s: float = FINALIZE_LIMIT_S,
     ) -> None:
+        self._record_grace = record_grace
         self._clock = clock
         self._identity = identity
         self._interval = interval
         self._concurrency = concurrency
         self.writer = Writer(kube, may_write=may_write)
-        self.world = World(kube, namespaces=namespaces, clock=clock, on_dirty=self.mark)
+        self.floors = FloorKeeper(kube, self.writer, clock=clock, limit_s=finalize_limit_s)
+        self.world = World(
+            kube,
+            namespaces=namespaces,
+            clock=clock,
+            on_dirty=self.mark,
+            on_lease_gone=self._lease_gone,
+        )
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
         self._queued: set[Key] = set()
         self._active: set[Key] = set()
@@ -156,6 +180,10 @@ class Reconciler:
         obj = self.world.jobs.get(key)
         if obj is None:
             return
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            if not await self.floors.finalize(key, obj):
+                self._due[key] = self._clock.monotonic() + RETRY_S
+            return
         facts = self.world.facts(key)
         previous: Mapping[str, Any] = obj.get("status") or {}
         if isinstance(facts, Invalid):
@@ -173,7 +201,9 @@ class Reconciler:
             now_mono=now_mono,
             observed_generation=previous.get("observedGeneration"),
         )
-        plan = plan_job(facts, snapshot, memory, previous=conditions)
+        plan = plan_job(
+            facts, snapshot, memory, previous=conditions, record_grace=self._record_grace
+        )
         complete = await self._act(facts, plan)
         snapshot = self.world.snapshot(facts, now=now, now_mono=now_mono)  # with our writes
         uid = facts.ref.uid
@@ -190,6 +220,7 @@ class Reconciler:
         self._unwritten_missed.pop(uid, None)
         if plan.create_lease:  # after the status, which is what people wait for
             await self._create_lease(facts)
+        await self.floors.hold(self.world.jobs.get(key) or obj, facts, snapshot)
         next_memory = plan.expectation.memory
         if not complete:
             next_memory = replace(next_memory, checked_through=memory.checked_through)
@@ -235,23 +266,33 @@ class Reconciler:
         return complete
 
     async def _create_lease(self, facts: JobFacts) -> None:
+        """Create the job's Lease at its token floor (none when the floor cannot be read)."""
+        ns, job = facts.ref.namespace, facts.ref.name
+        floor = await self.floors.lease_floor(ns, job)
         try:
             await self.writer.create_lease(
-                namespace=facts.ref.namespace, body=_bodies.job_lease(facts)
+                namespace=ns, body=_bodies.job_lease(facts, transitions=floor)
             )
-            _log.debug(
-                "created job lease",
-                namespace=facts.ref.namespace,
-                job=facts.ref.name,
-                lease=facts.job_lease,
-            )
+            _log.debug("created job lease", namespace=ns, job=job, floor=floor)
         except AlreadyExists:
-            _log.debug("job lease exists", namespace=facts.ref.namespace, job=facts.ref.name)
+            _log.debug("job lease exists", namespace=ns, job=job)
+        self.floors.lease_created(ns, job)
+
+    def _lease_gone(self, namespace: str, job: str, token: int) -> None:
+        exists = (namespace, job) in self.world.jobs
+        self.floors.lease_gone(namespace, job, token, job_exists=exists)
 
     async def _record_missed(self, facts: JobFacts, plan: JobPlan) -> bool:
         ns, job = facts.ref.namespace, facts.ref.name
-        for tick in plan.expectation.new_missed:
-            body = _bodies.missed_run(facts, tick=tick, now=self._clock.now())
+        expectation = plan.expectation
+        for tick in expectation.new_missed:
+            message = missed_message(
+                facts,
+                tick,
+                claimed=tick in expectation.unrun_claims,
+                grace=expectation.record_grace,
+            )
+            body = _bodies.missed_run(facts, tick=tick, now=self._clock.now(), message=message)
             try:
                 self.world.note_run(await self.writer.create_run(namespace=ns, body=body))
             except AlreadyExists:
@@ -265,12 +306,7 @@ class Reconciler:
                     error=repr(e),
                 )
                 return False
-            message = (
-                f"Tick {format_tick(tick)} of job {job} was not started within "
-                f"startingDeadline {format_duration(facts.starting_deadline)}: no replica of "
-                f"group {facts.group} claimed it."
-            )
-            await self._alarm(facts, message)
+            await self._alarm(facts, f"Job {job}: {message}")
             self._unwritten_missed[facts.ref.uid] += 1
         return True
 

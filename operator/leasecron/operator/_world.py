@@ -5,7 +5,9 @@ no request and no scan.
 Owns the caches and indexes, the mapping from a changed object to the jobs it affects (which
 it reports through `on_dirty`), and `snapshot()`. Leases are watched by the label
 `leasecron.dev/role` (job, leader and member Leases all carry it); JobRuns by
-`leasecron.dev/job`. Does not write anything: `_reconciler` does.
+`leasecron.dev/job`. A job Lease seen deleted is reported with its job's name and its last
+token (`on_lease_gone`), so that its token can be kept as a floor. Does not write anything:
+`_reconciler` does.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ from leasecron.operator._observed import (
 Key = tuple[str, str]
 """(namespace, name) of a ScheduledJob."""
 ROLE_LEADER = "leader"
+ROLE_JOB = "job"
+SCHEDULEDJOB_KIND = "ScheduledJob"
+LeaseGone = Callable[[str, str, int], None]
+"""(namespace, job name, last fencing token) of a job Lease seen deleted."""
 
 
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -84,9 +90,11 @@ class World:
         namespaces: Sequence[str],
         clock: Clock,
         on_dirty: Callable[[Key], None],
+        on_lease_gone: LeaseGone | None = None,
     ) -> None:
         self._clock = clock
         self._on_dirty = on_dirty
+        self._on_lease_gone = on_lease_gone
         scopes: list[str | None] = list(namespaces) or [None]
         leases = LeaseStore(kube)
         self._leases: dict[str | None, Informer] = {
@@ -229,8 +237,23 @@ class World:
             self._dirty_group(namespace, group)
         else:
             job = self._by_label.get((namespace, str(labels.get(LABEL_JOB) or "")))
+            if event.type == "DELETED" and role == ROLE_JOB:
+                self._lease_gone(namespace, job, event.obj)
             if job is not None and job_lease_name(job) == name:
                 self._on_dirty((namespace, job))
+
+    def _lease_gone(self, namespace: str, job: str | None, obj: Mapping[str, Any]) -> None:
+        """Report a deleted job Lease with its job (its owner, else the cached job of its
+        label) and its last token, as the DELETED event carried it."""
+        refs = _metadata(obj).get("ownerReferences")
+        for ref in refs if isinstance(refs, list) else []:
+            if isinstance(ref, Mapping) and ref.get("kind") == SCHEDULEDJOB_KIND:
+                job = str(ref.get("name") or "") or job
+        token = parse_lease(obj).transitions
+        if not job or job_lease_name(job) != str(_metadata(obj).get("name") or ""):
+            return
+        if token > 0 and self._on_lease_gone is not None:
+            self._on_lease_gone(namespace, job, token)
 
     def note_run(self, obj: Mapping[str, Any]) -> None:
         """A JobRun as our own write returned it, indexed before its watch event arrives."""

@@ -2,9 +2,9 @@
 before anything is sent) whenever `may_write()` says this process is not the active
 operator. So a standby, or a leader that has just lost its Lease, writes nothing.
 
-Owns the write calls (create Lease, create/patch/delete JobRun, create Event, patch
-ScheduledJob status) and their counting. It does not retry or interpret errors: the
-reconciler does.
+Owns the write calls (create Lease, raise a token floor, create/patch/delete JobRun, create
+Event, patch ScheduledJob status, add or remove the operator's finalizer) and their counting.
+It does not retry or interpret errors: the reconciler does.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from leasecron.coordination.floors import record_floor
 from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.kube.leases import LeaseStore
@@ -21,6 +22,8 @@ from leasecron.operator._metrics import STATUS_PATCHES, WRITES
 
 FIELD_MANAGER = "leasecron-operator"
 """The field manager of the status the operator writes (see metadata.managedFields)."""
+FINALIZER = "leasecron.dev/token-floor"
+"""Held on a coordinated ScheduledJob until its last fencing token is recorded as a floor."""
 
 
 class Fenced(Exception):
@@ -46,6 +49,20 @@ class Writer:
     async def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         self._check("Lease")
         return await self._leases.create(namespace=namespace, body=body)
+
+    async def record_floor(self, *, namespace: str, job: str, token: int) -> None:
+        """Raise `job`'s tombstone on the namespace's floors Lease to at least `token`."""
+        self._check("Lease")
+        await record_floor(self._kube, namespace=namespace, job=job, token=token)
+
+    async def set_finalizers(
+        self, *, namespace: str, name: str, finalizers: list[str], resource_version: str
+    ) -> dict[str, Any]:
+        """Replace the ScheduledJob's finalizers, conditional on `resource_version`
+        (Conflict when the object changed meanwhile: someone else's finalizer is never lost)."""
+        self._check("ScheduledJob")
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+        return await self._jobs.patch(namespace=namespace, name=name, patch=patch)
 
     async def create_run(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         self._check("JobRun")
