@@ -108,7 +108,7 @@ def test_a_run_record_that_arrives_late_but_within_the_grace_raises_nothing() ->
     first = judge(at, steady(), claimed_through=DUE)
     assert first.memory.pending == (DUE,)
     at.advance(GRACE.total_seconds() - 2)
-    runs = runs_of_every_tick_but(DUE, at.now()) + (run(DUE, "Running"),)
+    runs = (*runs_of_every_tick_but(DUE, at.now()), run(DUE, "Running"))
     result = judge(at, first.memory, claimed_through=at.now(), runs=runs)
     assert result.new_missed == ()
     assert result.memory.pending == ()
