@@ -30,7 +30,7 @@ from typing import Any
 from leasecron._logs import get_logger
 from leasecron.coordination.floors import token_floor
 from leasecron.kube.clients import Kube
-from leasecron.kube.errors import Conflict, KubeError
+from leasecron.kube.errors import Conflict, KubeError, NotFound
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import Clock
 from leasecron.models.leases import parse_lease
@@ -154,6 +154,8 @@ class FloorKeeper:
             )
         except Conflict:
             return False
+        except NotFound:
+            pass  # gone already: a pass before this one removed the finalizer
         self._finalizing.pop(uid, None)
         return True
 

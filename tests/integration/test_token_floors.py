@@ -1,0 +1,267 @@
+"""Fencing tokens never go backwards across Lease re-creation, against the real API server:
+the floors module reads the highest token on record and keeps tombstones that only rise, and
+the operator starts a re-created job Lease above the last token (Lease deleted by hand, or
+its ScheduledJob deleted and applied again)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes.client import ApiClient, CoordinationV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from operator_helpers import (
+    GROUP,
+    VERSION,
+    apply_job,
+    get_job,
+    jobruns,
+    poll,
+    running_operator,
+    running_replica,
+)
+
+from leasecron.coordination.floors import (
+    FLOORS_LEASE,
+    record_floor,
+    token_floor,
+    tombstone_key,
+)
+from leasecron.kube.clients import Kube
+from leasecron.models.leases import format_micro_time
+from leasecron.models.specs import JobRun, Outcome
+
+T = TypeVar("T")
+FINALIZER = "leasecron.dev/token-floor"
+
+
+def run(awaitable: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await awaitable
+
+    return asyncio.run(main())
+
+
+def lists_served(api: ApiClient, namespace: str) -> bool:
+    """Whether JobRuns can be listed yet: right after a CRD is created, the API server
+    answers LISTs with 429 until its watch cache is initialised."""
+    try:
+        jobruns(api, namespace)
+    except ApiException as e:
+        if e.status == 429:
+            return False
+        raise
+    return True
+
+
+@pytest.fixture
+def kube(kube_api: ApiClient, namespace: str, leasecron_crds: list[str]) -> Kube:
+    poll(lambda: lists_served(kube_api, namespace), timeout=30, what="JobRun lists served")
+    return Kube(kube_api, max_workers=4)
+
+
+def floors_annotations(api: ApiClient, namespace: str) -> dict[str, str]:
+    found = [
+        x
+        for x in CoordinationV1Api(api).list_namespaced_lease(namespace).items
+        if x.metadata.name == FLOORS_LEASE
+    ]
+    return dict(found[0].metadata.annotations or {}) if found else {}
+
+
+def job_lease(api: ApiClient, namespace: str, job: str) -> Any:
+    name = f"leasecron-job-{job}"
+    for lease in CoordinationV1Api(api).list_namespaced_lease(namespace).items:
+        if lease.metadata.name == name:
+            return lease
+    return None
+
+
+# --- the floors module ---------------------------------------------------------------
+
+
+def test_a_tombstone_is_created_raised_and_never_lowered(kube: Kube, namespace: str) -> None:
+    assert run(token_floor(kube, namespace=namespace, job="report")) == 0
+    run(record_floor(kube, namespace=namespace, job="report", token=5))
+    run(record_floor(kube, namespace=namespace, job="report", token=3))
+    assert run(token_floor(kube, namespace=namespace, job="report")) == 5
+    run(record_floor(kube, namespace=namespace, job="report", token=8))
+    assert run(token_floor(kube, namespace=namespace, job="report")) == 8
+    assert run(token_floor(kube, namespace=namespace, job="other")) == 0
+
+
+def test_concurrent_records_keep_the_highest_token(kube: Kube, namespace: str) -> None:
+    async def all_at_once() -> None:
+        await asyncio.gather(
+            *(
+                record_floor(kube, namespace=namespace, job=f"job-{i % 3}", token=i)
+                for i in range(1, 13)
+            )
+        )
+
+    run(all_at_once())
+    assert [run(token_floor(kube, namespace=namespace, job=f"job-{j}")) for j in range(3)] == [
+        12,
+        10,
+        11,
+    ]
+
+
+def test_a_long_job_name_gets_a_tombstone_too(kube: Kube, namespace: str) -> None:
+    job = "a-rather-long-job-name-" + "x" * 200
+    run(record_floor(kube, namespace=namespace, job=job, token=4))
+    assert run(token_floor(kube, namespace=namespace, job=job)) == 4
+
+
+def test_a_negative_token_is_refused_naming_the_value(kube: Kube, namespace: str) -> None:
+    with pytest.raises(ValueError, match="-1"):
+        run(record_floor(kube, namespace=namespace, job="report", token=-1))
+
+
+def test_the_floor_counts_job_runs_and_the_job_status(
+    kube: Kube, kube_api: ApiClient, namespace: str, leasecron_crds: list[str]
+) -> None:
+    job = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
+    body = JobRun.for_tick(
+        job="report",
+        tick=datetime(2026, 1, 1, 2, tzinfo=UTC),
+        holder="replica-a",
+        start=datetime(2026, 1, 1, 2, tzinfo=UTC),
+        fencing_token=6,
+        namespace=namespace,
+    ).finish(outcome=Outcome.SUCCEEDED, end=datetime(2026, 1, 1, 2, 1, tzinfo=UTC))
+    CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "jobruns", body.to_resource(job_uid=job["metadata"]["uid"])
+    )
+    assert run(token_floor(kube, namespace=namespace, job="report")) == 6
+    CustomObjectsApi(kube_api).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        "scheduledjobs",
+        "report",
+        {"status": {"lastRun": {"fencingToken": 9}}},
+    )
+    assert run(token_floor(kube, namespace=namespace, job="report")) == 9
+
+
+# --- the operator ----------------------------------------------------------------------
+
+
+def test_a_job_lease_deleted_by_hand_comes_back_above_its_last_token(
+    kube_api: ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    leasecron_crds: list[str],
+    tmp_path: Path,
+) -> None:
+    coordination = CoordinationV1Api(kube_api)
+    with running_operator(kubeconfig, namespace, tmp_path):
+        apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
+        lease = poll(lambda: job_lease(kube_api, namespace, "report"), timeout=10, what="Lease")
+        now = format_micro_time(datetime.now(UTC))
+        lease.spec.holder_identity, lease.spec.lease_duration_seconds = "replica-a", 15
+        lease.spec.acquire_time = lease.spec.renew_time = now
+        lease.spec.lease_transitions = 7  # seven claims, none recorded anywhere else
+        coordination.replace_namespaced_lease(lease.metadata.name, namespace, lease)
+        old_uid = lease.metadata.uid
+
+        coordination.delete_namespaced_lease(lease.metadata.name, namespace)
+
+        again = poll(
+            lambda: (
+                (x := job_lease(kube_api, namespace, "report")) and x.metadata.uid != old_uid and x
+            ),
+            timeout=10,
+            what="the Lease created again",
+        )
+        assert again.spec.lease_transitions >= 7
+        recorded = poll(
+            lambda: floors_annotations(kube_api, namespace).get(tombstone_key("report")),
+            timeout=10,
+            what="the last token recorded",
+        )
+        assert recorded == "7"
+
+
+def test_a_job_deleted_and_applied_again_continues_its_tokens(
+    kube_api: ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    leasecron_crds: list[str],
+    tmp_path: Path,
+) -> None:
+    spec = {"schedule": "@every 1s", "group": "workers", "handler": "tick"}
+    with running_operator(kubeconfig, namespace, tmp_path):
+        apply_job(kube_api, namespace, "tick", **spec)
+        with running_replica(
+            kubeconfig, namespace, tmp_path, identity="worker", group="workers", handlers="tick"
+        ):
+            poll(
+                lambda: (
+                    (x := job_lease(kube_api, namespace, "tick"))
+                    and (x.spec.lease_transitions or 0) >= 3
+                ),
+                timeout=20,
+                what="three claims",
+            )
+            poll(
+                lambda: (
+                    FINALIZER
+                    in (get_job(kube_api, namespace, "tick")["metadata"].get("finalizers") or [])
+                ),
+                timeout=10,
+                what="the job held by the operator's finalizer",
+            )
+            CustomObjectsApi(kube_api).delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, "scheduledjobs", "tick"
+            )
+
+            def gone() -> bool:
+                listed = CustomObjectsApi(kube_api).list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "scheduledjobs"
+                )
+                return not listed["items"]
+
+            poll(gone, timeout=30, what="the job gone")
+        last = int(floors_annotations(kube_api, namespace)[tombstone_key("tick")])
+        assert last >= 3
+        # Garbage collection removes the Lease and JobRuns of the deleted job; in a control
+        # plane started moments ago it notices a new CRD's owners only after its discovery
+        # resync (~30 s), so the test removes them as the collector would.
+        old = job_lease(kube_api, namespace, "tick")
+        if old is not None:
+            CoordinationV1Api(kube_api).delete_namespaced_lease(old.metadata.name, namespace)
+        for record in jobruns(kube_api, namespace):
+            CustomObjectsApi(kube_api).delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, "jobruns", record["metadata"]["name"]
+            )
+        poll(
+            lambda: (
+                job_lease(kube_api, namespace, "tick") is None and not jobruns(kube_api, namespace)
+            ),
+            timeout=10,
+            what="the Lease and the JobRuns of the deleted job gone",
+        )
+
+        uid = apply_job(kube_api, namespace, "tick", **spec)["metadata"]["uid"]
+        fresh = poll(lambda: job_lease(kube_api, namespace, "tick"), timeout=10, what="new Lease")
+        assert fresh.spec.lease_transitions >= last
+        with running_replica(
+            kubeconfig, namespace, tmp_path, identity="worker-2", group="workers", handlers="tick"
+        ):
+            first = poll(
+                lambda: [
+                    r
+                    for r in jobruns(kube_api, namespace)
+                    if r["metadata"]["ownerReferences"][0]["uid"] == uid
+                    and r["spec"].get("fencingToken")
+                ],
+                timeout=20,
+                what="the first run of the job applied again",
+            )
+        assert min(r["spec"]["fencingToken"] for r in first) > last
