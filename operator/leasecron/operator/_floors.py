@@ -4,8 +4,9 @@ deleted and created again (`coordination.floors` holds the floors and their stor
 Owns three duties:
 
 - **create above the floor**: `lease_floor()` is where a new job Lease starts (its
-  `leaseTransitions`): the job's `token_floor()` read from the API server, or the last token
-  of a Lease of the job this process saw deleted, whichever is higher.
+  `leaseTransitions`): the job's token floor (tombstone read from the API server, JobRuns and
+  status from the caches), or the last token of a Lease of the job this process saw deleted,
+  whichever is higher.
 - **hold the job until its floor is recorded**: a coordinated job whose Lease has handed out
   a token (or whose status shows one) carries the finalizer `leasecron.dev/token-floor`
   (`hold()`). When it is deleted (`finalize()`), its last token (its Lease read afresh, its
@@ -28,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron.coordination.floors import token_floor
+from leasecron.coordination.floors import FLOORS_LEASE, token_floor, tombstone
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import Conflict, KubeError, NotFound
 from leasecron.kube.leases import LeaseStore
@@ -91,10 +92,16 @@ class FloorKeeper:
         self._gone: dict[Key, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def lease_floor(self, namespace: str, job: str) -> int:
-        """Where a new Lease of `job` starts; KubeError when the floor cannot be read."""
-        floor = await token_floor(self._kube, namespace=namespace, job=job)
-        return max(floor, self._gone.get((namespace, job), 0))
+    async def lease_floor(self, obj: Mapping[str, Any], facts: JobFacts, snapshot: Snapshot) -> int:
+        """Where a new Lease of the job starts: `token_floor()`'s answer, with the JobRuns and
+        status taken from the operator's watch-fed caches and only the tombstone read afresh
+        (one GET per Lease created), or the last token of a Lease of the job seen deleted.
+        KubeError when the tombstone cannot be read."""
+        namespace, job = facts.ref.namespace, facts.ref.name
+        floors = await self._leases.get(namespace=namespace, name=FLOORS_LEASE)
+        ran = max((run.token or 0 for run in snapshot.runs), default=0)
+        recorded = max(tombstone(floors, job=job), ran, status_token(obj))
+        return max(recorded, self._gone.get((namespace, job), 0))
 
     def lease_created(self, namespace: str, job: str) -> None:
         self._gone.pop((namespace, job), None)

@@ -46,6 +46,7 @@ from leasecron.operator._missed import (
     initial_memory,
     missed_message,
 )
+from leasecron.operator._observed import Snapshot
 from leasecron.operator._plan import JobPlan, plan_job
 from leasecron.operator._world import Key, World
 from leasecron.operator._writes import Fenced, Writer
@@ -219,7 +220,7 @@ class Reconciler:
         await self._write_status(key, previous, desired)
         self._unwritten_missed.pop(uid, None)
         if plan.create_lease:  # after the status, which is what people wait for
-            await self._create_lease(facts)
+            await self._create_lease(self.world.jobs.get(key) or obj, facts, snapshot)
         await self.floors.hold(self.world.jobs.get(key) or obj, facts, snapshot)
         next_memory = plan.expectation.memory
         if not complete:
@@ -265,10 +266,12 @@ class Reconciler:
             )
         return complete
 
-    async def _create_lease(self, facts: JobFacts) -> None:
+    async def _create_lease(
+        self, obj: Mapping[str, Any], facts: JobFacts, snapshot: Snapshot
+    ) -> None:
         """Create the job's Lease at its token floor (none when the floor cannot be read)."""
         ns, job = facts.ref.namespace, facts.ref.name
-        floor = await self.floors.lease_floor(ns, job)
+        floor = await self.floors.lease_floor(obj, facts, snapshot)
         try:
             await self.writer.create_lease(
                 namespace=ns, body=_bodies.job_lease(facts, transitions=floor)
