@@ -6,6 +6,7 @@ its ScheduledJob deleted and applied again)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from leasecron.coordination.floors import (
 from leasecron.kube.clients import Kube
 from leasecron.models.leases import format_micro_time
 from leasecron.models.specs import JobRun, Outcome
+from leasecron.testing.faults import ENV_VAR, Fault
 
 T = TypeVar("T")
 FINALIZER = "leasecron.dev/token-floor"
@@ -265,3 +267,52 @@ def test_a_job_deleted_and_applied_again_continues_its_tokens(
                 what="the first run of the job applied again",
             )
         assert min(r["spec"]["fencingToken"] for r in first) > last
+
+
+def test_a_deletion_waits_only_a_bounded_time_when_the_floor_cannot_be_recorded(
+    kube_api: ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    leasecron_crds: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    faults = tmp_path / "faults.json"
+    refuse = Fault(action="fail", resource="leases", name=FLOORS_LEASE)  # every verb
+    faults.write_text(json.dumps([refuse.to_dict()]))
+    monkeypatch.setenv(ENV_VAR, str(faults))  # read by the operator subprocess's Kube
+    limit = ["--floor-record-limit=2s"]
+    with running_operator(kubeconfig, namespace, tmp_path, extra_args=limit) as operator:
+        job = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
+        body = JobRun.for_tick(
+            job="report",
+            tick=datetime(2026, 1, 1, 2, tzinfo=UTC),
+            holder="replica-a",
+            start=datetime(2026, 1, 1, 2, tzinfo=UTC),
+            fencing_token=3,
+            namespace=namespace,
+        ).finish(outcome=Outcome.SUCCEEDED, end=datetime(2026, 1, 1, 2, 1, tzinfo=UTC))
+        CustomObjectsApi(kube_api).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "jobruns", body.to_resource(job_uid=job["metadata"]["uid"])
+        )
+        poll(
+            lambda: (
+                FINALIZER
+                in (get_job(kube_api, namespace, "report")["metadata"].get("finalizers") or [])
+            ),
+            timeout=10,
+            what="the job held by the operator's finalizer",
+        )
+        CustomObjectsApi(kube_api).delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, "scheduledjobs", "report"
+        )
+
+        def gone() -> bool:
+            listed = CustomObjectsApi(kube_api).list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "scheduledjobs"
+            )
+            return not listed["items"]
+
+        poll(gone, timeout=20, what="the job deleted although its floor could not be recorded")
+        assert "token floor not recorded" in operator.log_path.read_text()
+    assert floors_annotations(kube_api, namespace) == {}

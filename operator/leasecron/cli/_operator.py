@@ -41,14 +41,11 @@ def _election(lease_duration: str, renew_deadline: str, retry_period: str) -> El
         raise click.BadParameter(flags) from e
 
 
-def _grace(text: str) -> timedelta:
+def _duration(flag: str, text: str) -> timedelta:
     try:
-        grace = parse_duration(text)
+        return parse_duration(text)
     except ValueError as e:
-        raise click.BadParameter(f"--run-record-grace {text!r}: {e}") from e
-    if grace < timedelta(0):
-        raise click.BadParameter(f"--run-record-grace {text!r}: must not be negative")
-    return grace
+        raise click.BadParameter(f"{flag} {text!r}: {e}") from e
 
 
 @click.command("operator")
@@ -122,6 +119,13 @@ def _grace(text: str) -> timedelta:
     "before the tick is alarmed as MissedRun.",
 )
 @click.option(
+    "--floor-record-limit",
+    default="30s",
+    show_default=True,
+    help="How long a ScheduledJob's deletion waits for its last fencing token to be recorded "
+    "(retried while the API server refuses) before it goes ahead without it.",
+)
+@click.option(
     "--identity",
     default=None,
     help="This replica's identity in the election [default: pod name + suffix].",
@@ -138,11 +142,13 @@ def operator_command(
     election_lease_name: str,
     election_namespace: str | None,
     run_record_grace: str,
+    floor_record_limit: str,
     identity: str | None,
 ) -> None:
     """Run the leasecron operator: validation, status, missed-run alarms, history, Leases."""
     election = _election(election_lease_duration, election_renew_deadline, election_retry_period)
-    grace = _grace(run_record_grace)
+    grace = _duration("--run-record-grace", run_record_grace)
+    limit = _duration("--floor-record-limit", floor_record_limit)
     configure(level=log_level)
     config = OperatorConfig(
         identity=identity or make_identity(),
@@ -154,6 +160,7 @@ def operator_command(
         health_port=health_port,
         bind_address=bind_address,
         run_record_grace=grace,
+        floor_record_limit=limit,
     )
     code = asyncio.run(OperatorProcess(config).run())
     sys.exit(code)

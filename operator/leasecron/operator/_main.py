@@ -36,6 +36,7 @@ from leasecron.kube.watches import Informer, backoff_delays
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.names import LABEL_ROLE
+from leasecron.operator._floors import FINALIZE_LIMIT_S
 from leasecron.operator._health import HealthServer
 from leasecron.operator._kopf import run_kopf
 from leasecron.operator._missed import DEFAULT_RECORD_GRACE
@@ -67,6 +68,8 @@ class OperatorConfig:
     kubeconfig: str | None = None
     run_record_grace: timedelta = DEFAULT_RECORD_GRACE
     """How long a claimed tick may wait past its startingDeadline for its JobRun."""
+    floor_record_limit: timedelta = timedelta(seconds=FINALIZE_LIMIT_S)
+    """How long a deletion waits for its job's last token to be recorded as a floor."""
 
 
 async def _first(*awaitables: Awaitable[Any]) -> None:
@@ -221,6 +224,7 @@ class OperatorProcess:
             may_write=self.may_write,
             interval=config.interval,
             record_grace=config.run_record_grace,
+            finalize_limit_s=config.floor_record_limit.total_seconds(),
         )
         self._reconciler = reconciler
         if not await self._start_caches(reconciler):

@@ -219,15 +219,17 @@ class Reconciler:
         )
         await self._write_status(key, previous, desired)
         self._unwritten_missed.pop(uid, None)
+        created = True
         if plan.create_lease:  # after the status, which is what people wait for
-            await self._create_lease(self.world.jobs.get(key) or obj, facts, snapshot)
+            created = await self._create_lease(self.world.jobs.get(key) or obj, facts, snapshot)
         await self.floors.hold(self.world.jobs.get(key) or obj, facts, snapshot)
         next_memory = plan.expectation.memory
         if not complete:
             next_memory = replace(next_memory, checked_through=memory.checked_through)
         self._memory[uid] = next_memory
         retry = now_mono + RETRY_S
-        self._due[key] = plan.recheck_at if complete else min(plan.recheck_at, retry)
+        again = complete and created
+        self._due[key] = plan.recheck_at if again else min(plan.recheck_at, retry)
 
     async def _write_status(
         self, key: Key, previous: Mapping[str, Any], desired: dict[str, Any]
@@ -268,18 +270,23 @@ class Reconciler:
 
     async def _create_lease(
         self, obj: Mapping[str, Any], facts: JobFacts, snapshot: Snapshot
-    ) -> None:
-        """Create the job's Lease at its token floor (none when the floor cannot be read)."""
+    ) -> bool:
+        """Create the job's Lease at its token floor; False (logged) when the floor could not
+        be read or the Lease not written: no Lease is created below the floor."""
         ns, job = facts.ref.namespace, facts.ref.name
-        floor = await self.floors.lease_floor(obj, facts, snapshot)
         try:
+            floor = await self.floors.lease_floor(obj, facts, snapshot)
             await self.writer.create_lease(
                 namespace=ns, body=_bodies.job_lease(facts, transitions=floor)
             )
             _log.debug("created job lease", namespace=ns, job=job, floor=floor)
         except AlreadyExists:
             _log.debug("job lease exists", namespace=ns, job=job)
+        except KubeError as e:
+            _log.warning("could not create the job's lease", namespace=ns, job=job, error=repr(e))
+            return False
         self.floors.lease_created(ns, job)
+        return True
 
     def _lease_gone(self, namespace: str, job: str, token: int) -> None:
         exists = (namespace, job) in self.world.jobs
