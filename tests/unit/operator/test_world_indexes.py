@@ -102,3 +102,26 @@ def test_an_older_version_of_a_job_never_replaces_a_newer_one() -> None:
     cache.upsert_job(older)
     assert cache.jobs[("billing", "a")]["status"] == {"missedRuns": 2}
     assert marked == []
+
+
+def test_a_deleted_job_lease_is_reported_with_its_owner_and_last_token() -> None:
+    gone: list[tuple[str, str, int]] = []
+    kube = Kube(kubernetes.client.ApiClient(), max_workers=1)
+    cache = World(
+        kube,
+        namespaces=["billing"],
+        clock=clock(),
+        on_dirty=lambda _key: None,
+        on_lease_gone=lambda ns, job, token: gone.append((ns, job, token)),
+    )
+    owned = lease("leasecron-job-report", **{"leasecron.dev/role": "job"})
+    owned["metadata"]["ownerReferences"] = [{"kind": "ScheduledJob", "name": "report"}]
+    owned["spec"]["leaseTransitions"] = 7
+    unused = lease("leasecron-job-idle", **{"leasecron.dev/role": "job"})
+    unused["metadata"]["ownerReferences"] = [{"kind": "ScheduledJob", "name": "idle"}]
+    floors = lease("leasecron-token-floors", **{"leasecron.dev/role": "floors"})
+    member = lease("leasecron-member-g-a", **{"leasecron.dev/role": "member"})
+    for obj in (owned, unused, floors, member):
+        cache._lease_event(event("MODIFIED", obj))
+        cache._lease_event(event("DELETED", obj))
+    assert gone == [("billing", "report", 7)]  # a Lease that never granted has no floor
