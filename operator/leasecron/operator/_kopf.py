@@ -6,8 +6,9 @@ Why `@kopf.on.event` and not `on.create/update/resume/delete`: event handlers se
 create, update, the initial listing (resume) and every delete, and kopf stores no per-object
 handler progress or diff-base for them, so kopf never patches a ScheduledJob. The status is
 computed level-triggered from the whole object by the reconciler, so nothing is lost by not
-having kopf's change detection. Deletion needs no finalizer: the job's Lease and JobRuns are
-owned by it and removed by garbage collection.
+having kopf's change detection. The job's Lease and JobRuns are owned by it and removed by
+garbage collection; the one finalizer, `leasecron.dev/token-floor` (kept until the job's last
+fencing token is recorded), is the reconciler's own (`_floors`), not kopf's.
 
 kopf runs standalone (no kopf peering: leasecron's own Elector decides which operator is
 active, and kopf is started only in the active one), without posting kopf's log lines as
