@@ -107,7 +107,8 @@ class FloorKeeper:
         self._gone.pop((namespace, job), None)
 
     async def hold(self, obj: Mapping[str, Any], facts: JobFacts, snapshot: Snapshot) -> None:
-        """Add the finalizer when `needs_hold`; a Conflict is left for the next pass."""
+        """Add the finalizer when `needs_hold`; a failed write (a Conflict, the API server
+        refusing) is left for the next pass, which still needs it."""
         if not needs_hold(obj, facts, snapshot):
             return
         metadata = obj.get("metadata") or {}
@@ -120,6 +121,13 @@ class FloorKeeper:
             )
         except Conflict:
             return
+        except KubeError as e:
+            _log.warning(
+                "could not add the finalizer",
+                namespace=facts.ref.namespace,
+                job=facts.ref.name,
+                error=repr(e),
+            )
 
     async def finalize(self, key: Key, obj: Mapping[str, Any]) -> bool:
         """Record the last token of a job being deleted, then drop the finalizer. False when
