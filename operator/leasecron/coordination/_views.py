@@ -84,6 +84,7 @@ class LeaseView:
         self._waiters: dict[Key, list[asyncio.Future[None]]] = {}
         self._watchers: dict[Key, list[Callable[[dict[str, Any] | None], None]]] = {}
         self._reported: dict[Key, str] = {}
+        self._mine: dict[tuple[str, str, str], dict[int, float]] = {}
         self._unsubscribe = cache.subscribe(self._on_event) if cache is not None else None
 
     @classmethod
@@ -138,6 +139,13 @@ class LeaseView:
                 problems="; ".join(record.problems),
             )
         return Seen(obj, Observation(record=record, observed_at=first_seen))
+
+    def mine(self, namespace: str, name: str, identity: str) -> dict[int, float]:
+        """The grants this process holds on purpose on one Lease in `identity` (being claimed,
+        running, or held for atLeastFor), token -> until when (local monotonic; inf while
+        claimed or running): one registry shared by every lock of the process, so that no
+        lock takes another's grant for an orphan. Loop thread only."""
+        return self._mine.setdefault((namespace, name, identity), {})
 
     # --- learning from our own requests -------------------------------------------------------
 

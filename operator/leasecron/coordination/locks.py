@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -112,10 +113,9 @@ class TickLock(LeaseParty):
             job=self.job, lease=self.name, namespace=self.namespace, identity=self.identity
         )
         self._grants: dict[int, Grant] = {}
-        """Grants handed out and not yet released: their tokens are ours on purpose."""
-        self._holding: dict[int, float] = {}
-        """Released grants held until acquire + atLeastFor (token -> local free time)."""
-        self._sending: set[int] = set()
+        """Grants this lock handed out and that are not released yet."""
+        self._mine = self.lease.view.mine(self.namespace, self.name, self.identity)
+        """Tokens this process holds on purpose on the Lease (shared by all its locks)."""
         self._uncertain: dict[int, _Uncertain] = {}
         self._resolving: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -125,8 +125,7 @@ class TickLock(LeaseParty):
 
     def _known(self) -> set[int]:
         now = self._clock.monotonic()
-        holding = {token for token, free_at in self._holding.items() if free_at > now}
-        return set(self._grants) | holding | self._sending
+        return {token for token, until in self._mine.items() if until > now}
 
     def _record(self) -> LeaseRecord | None:
         seen = self.lease.observe()
@@ -139,7 +138,7 @@ class TickLock(LeaseParty):
         for grant in list(self._grants.values()):
             reason = lost_reason(record, identity=self.identity, token=grant.token)
             if reason is not None:
-                self._grants.pop(grant.token, None)
+                self._forget(grant.token)
                 grant.mark_lost(reason)
         if record is None:
             self._uncertain.clear()
@@ -233,27 +232,29 @@ class TickLock(LeaseParty):
         sent = self._clock.monotonic()
         replaced = seen.observation.record.tick if seen is not None else None
         token = decision.token
-        self._sending.add(token)
+        self._mine[token] = math.inf
         try:
             if decision.create:
                 obj = await self.lease.create(decision.record, timeout=self._timeout)
             else:
                 obj = await self.lease.update(decision.record, base=seen, timeout=self._timeout)
         except Conflict:
+            self._mine.pop(token, None)
             return self._skip(SKIP_CONFLICT, tick)
         except AlreadyExists:
+            self._mine.pop(token, None)
             await self._learn_uncached()
             return self._skip(SKIP_EXISTS, tick)
         except _MAYBE_WRITTEN as e:
             pending = _Uncertain(tick, sent, replaced, decision.replaces_orphan)
             return await self._read_back(token, pending, base=seen, error=e)
         except Unavailable as e:
+            self._mine.pop(token, None)
             return self._skip(SKIP_UNAVAILABLE, tick, error=e.message)
         except KubeError as e:
+            self._mine.pop(token, None)
             self._log.warning("claim failed", tick=format_tick(tick), error=repr(e))
             return self._skip(SKIP_ERROR, tick)
-        finally:
-            self._sending.discard(token)
         written = parse_lease(obj)
         return self._grant(
             written.transitions, _Uncertain(tick, sent, replaced, decision.replaces_orphan)
@@ -274,6 +275,7 @@ class TickLock(LeaseParty):
             clock=self._clock,
         )
         self._grants[token] = grant
+        self._mine[token] = math.inf
         self._uncertain.pop(token, None)
         self._log.debug("tick claimed", tick=format_tick(claim.tick), token=token)
         return grant
@@ -287,12 +289,15 @@ class TickLock(LeaseParty):
         try:
             await self.lease.get(timeout=self._timeout)
         except (KubeError, TimeoutError) as e:
+            # Not ours on purpose any more: if it landed, it shows up as our orphan.
+            self._mine.pop(token, None)
             self._uncertain[token] = claim
             return self._skip(SKIP_UNCERTAIN, claim.tick, error=repr(e))
         record = self._record()
         if record is not None and record.holder == self.identity and record.transitions == token:
             self._log.info("the lost claim landed: adopted", token=token)
             return self._grant(token, claim)
+        self._mine.pop(token, None)
         unchanged = (
             record is not None
             and base is not None
@@ -334,7 +339,7 @@ class TickLock(LeaseParty):
                 await self.release(grant)
             return
         self._log.warning("freeing a grant of ours that nothing runs under", token=token)
-        await self._free_when_possible(token, self._holding.get(token, 0.0))
+        await self._free_when_possible(token, 0.0)
 
     async def _free_when_possible(self, token: int, free_at: float) -> None:
         """Free our grant `token` at `free_at` (local monotonic), retrying while the store
@@ -343,20 +348,19 @@ class TickLock(LeaseParty):
         delay = 0.25
         while True:
             seen = self.lease.observe()
-            if seen is None:
-                return
-            record = seen.observation.record
-            if lost_reason(record, identity=self.identity, token=token) is not None:
+            record = seen.observation.record if seen is not None else None
+            if seen is None or lost_reason(record, identity=self.identity, token=token):
+                self._forget(token)
                 return
             if token in self._grants:
                 return  # claimed for use again meanwhile (adopted)
             try:
                 await self.lease.update(
-                    free_record(record, now_wall=self._clock.now()),
+                    free_record(seen.observation.record, now_wall=self._clock.now()),
                     base=seen,
                     timeout=self._timeout,
                 )
-                self._holding.pop(token, None)
+                self._forget(token)
                 return
             except Conflict:
                 if not await self._refresh():
@@ -422,10 +426,12 @@ class TickLock(LeaseParty):
         grant.released = True
         self._grants.pop(grant.token, None)
         if grant.lost.is_set():
+            self._forget(grant.token)
             return ReleaseResult.NOT_OURS
         for attempt in range(2):
             seen = self.lease.observe()
             if seen is None:
+                self._forget(grant.token)
                 return ReleaseResult.NOT_OURS
             decision = decide_release(
                 current=seen.observation.record,
@@ -437,9 +443,8 @@ class TickLock(LeaseParty):
                 now_wall=self._clock.now(),
             )
             if not isinstance(decision, Release):
+                self._forget(grant.token)
                 return ReleaseResult.NOT_OURS
-            if decision.free_at is not None:
-                self._holding[grant.token] = decision.free_at
             try:
                 await self.lease.update(decision.record, base=seen, timeout=self._timeout)
             except Conflict:
@@ -450,15 +455,25 @@ class TickLock(LeaseParty):
                 self._log.info("release failed; freeing it when the store answers", error=repr(e))
                 return self._keep(grant, decision)
             if decision.free_at is None:
+                self._forget(grant.token)
                 return ReleaseResult.FREED
+            self._mine[grant.token] = decision.free_at
             self._spawn(
                 self._free_when_possible(grant.token, decision.free_at), f"free {self.name}"
             )
             return ReleaseResult.HELD
+        self._forget(grant.token)
         return ReleaseResult.NOT_OURS
 
+    def _forget(self, token: int) -> None:
+        """`token` is no longer ours on purpose (freed, lost, or never landed)."""
+        self._grants.pop(token, None)
+        self._mine.pop(token, None)
+
     def _keep(self, grant: Grant, decision: Release) -> ReleaseResult:
+        # Ours on purpose only while atLeastFor holds it; an orphan to free after that.
         free_at = decision.free_at or 0.0
+        self._mine[grant.token] = free_at
         self._spawn(self._free_when_possible(grant.token, free_at), f"free {self.name}")
         return ReleaseResult.KEPT
 

@@ -74,11 +74,14 @@ class LockDispatch:
         self._unguarded: OrderedDict[datetime, None] = OrderedDict()
         self._adopted: set[tuple[asyncio.Task[None], RunControl]] = set()
 
-    def lock_for(self, job: ScheduledJob) -> TickLock:
+    async def lock_for(self, job: ScheduledJob) -> TickLock:
+        """The job's TickLock; a new one (the old one closed) when its uid or lock changed."""
         self._job = job
         config = lock_config(job)
         key = (job.uid, config)
         if self._lock is None or key != self._lock_key:
+            if self._lock is not None:
+                await self._lock.close()
             services = self._services
             self._lock = TickLock(
                 services.kube,
@@ -106,7 +109,7 @@ class LockDispatch:
 
     async def __call__(self, order: TickOrder, control: RunControl) -> None:
         services, job = self._services, order.job
-        lock = self.lock_for(job)
+        lock = await self.lock_for(job)
         members = services.membership.members()
         rank = rendezvous_rank(tick_key(job.name, order.tick), services.identity, members)
         deadline = None if order.planned.catch_up else job.spec.starting_deadline
