@@ -140,15 +140,19 @@ class LockDispatch:
         since = clock.monotonic()
         result: Grant | Skipped = first
         pause = tuning.claim_retry
+        claim_deadline = None if order.planned.catch_up else deadline
         while isinstance(result, Skipped) and result.unreachable:
-            if local and clock.monotonic() - since >= window:
+            elapsed = clock.monotonic() - since
+            if local and elapsed >= window:
                 return result
-            left = (order.tick + deadline - clock.now()).total_seconds()
-            if not order.planned.catch_up and left <= pause:
-                return result if local else Skipped("deadline")
-            await asyncio.sleep(pause)
+            wait = pause if not local else min(pause, window - elapsed)
+            if claim_deadline is not None:
+                left = (order.tick + claim_deadline - clock.now()).total_seconds()
+                if left <= 0:
+                    return Skipped("deadline")
+                wait = min(wait, left)
+            await asyncio.sleep(max(0.01, wait))
             pause = min(pause * 2, 2.0)
-            claim_deadline = None if order.planned.catch_up else deadline
             result = await lock.try_claim(order.tick, starting_deadline=claim_deadline)
         return result
 
