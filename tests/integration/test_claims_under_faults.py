@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +49,18 @@ def _ticks(contexts: list[JobContext]) -> list[datetime]:
     return [ctx.tick for ctx in contexts]
 
 
-def _contiguous(ticks: list[datetime], *, step: timedelta = timedelta(seconds=1)) -> bool:
-    ordered = sorted(ticks)
-    return all(b - a == step for a, b in pairwise(ordered))
+def _unaccounted(
+    kube_api: ApiClient, namespace: str, job: str, ticks: list[datetime]
+) -> list[datetime]:
+    """Ticks between the first and the last run that neither ran nor were recorded (a tick
+    that could not start in time, e.g. on a loaded machine, must at least be a Missed run)."""
+    if not ticks:
+        return []
+    runs = _jobruns(kube_api, namespace)
+    first, last = min(ticks), max(ticks)
+    span = int((last - first).total_seconds())
+    every = [first + timedelta(seconds=i) for i in range(span + 1)]
+    return [t for t in every if t not in ticks and jobrun_name(job, t) not in runs]
 
 
 @pytest.mark.parametrize("read_back", ["answers", "fails"])
@@ -79,7 +87,7 @@ def test_a_claim_whose_reply_is_lost_still_runs_its_tick_and_the_job_goes_on(
     assert sum(rule.hits for rule in kube.faults.rules) == (1 if read_back == "answers" else 2)
     ticks = _ticks(handler.contexts)
     assert len(set(ticks)) == len(ticks), ticks
-    assert _contiguous(ticks), ticks
+    assert not _unaccounted(kube_api, namespace, "lost-reply", ticks)
     first = CoordinationV1Api(kube_api).read_namespaced_lease(lease, namespace)
     assert first.spec.lease_transitions >= len(ticks)
     runs = _jobruns(kube_api, namespace)
@@ -116,7 +124,7 @@ def test_one_failed_request_is_not_an_outage_for_run_locally(
     assert rule.hits == 1
     assert not [ctx.tick for ctx in handler.contexts if ctx.unguarded]
     assert all(ctx.token is not None for ctx in handler.contexts)
-    assert _contiguous(_ticks(handler.contexts))
+    assert not _unaccounted(kube_api, namespace, "flaky", _ticks(handler.contexts))
 
 
 def test_run_locally_never_runs_a_tick_while_another_replica_holds_the_job(
