@@ -4,6 +4,7 @@ a while with `onStoreUnavailable: RunLocally`, and what is already known about a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -14,7 +15,9 @@ import pytest
 from kubernetes.client import ApiClient, CoordinationV1Api, CustomObjectsApi
 
 from leasecron import JobContext, Scheduler
+from leasecron.coordination import Elector, lease_informer
 from leasecron.kube.clients import Kube
+from leasecron.models.configs import ElectionConfig
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, job_lease_name, jobrun_name
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
@@ -247,3 +250,32 @@ def test_ticks_run_unguarded_in_an_outage_are_recorded_after_it_and_never_run_ag
         record = runs.get(jobrun_name("outage", tick))
         assert record is not None, f"unguarded run of {tick} never recorded"
         assert record["status"]["outcome"] == "Unguarded", record["status"]
+
+
+def test_an_elector_whose_acquire_reply_is_lost_leads_with_the_term_that_landed(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    """The create that takes the Lease lands but its reply is lost: the elector reads it back
+    and leads with that term, instead of treating it as not written and taking a second one."""
+
+    async def scenario() -> int:
+        kube = Kube(kube_api, max_workers=4, request_timeout=3.0)
+        kube.faults.add(
+            Fault(verb="create", resource="leases", name="leader", action="lose_reply", times=1)
+        )
+        informer = lease_informer(kube, namespace=namespace)
+        await informer.start()
+        config = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
+        elector = Elector(
+            kube, informer, namespace=namespace, name="leader", config=config, identity="a"
+        )
+        try:
+            elector.start()
+            term = await elector.wait_leading(timeout=15)
+            assert term is not None
+            return term.token
+        finally:
+            await elector.stop()
+            await informer.stop()
+
+    assert asyncio.run(scenario()) == 0  # the term the lost create wrote, not a second one
