@@ -204,3 +204,37 @@ def test_fencing_tokens_never_go_backwards_when_the_job_lease_is_deleted(
 
 def _tokens(contexts: list[JobContext]) -> list[int]:
     return [ctx.token for ctx in contexts if ctx.token is not None]
+
+
+def test_a_single_owner_term_after_its_lease_is_deleted_has_a_higher_token(
+    kube: Kube, kube_api: ApiClient, namespace: str
+) -> None:
+    leases = CoordinationV1Api(kube_api)
+    name = job_lease_name("owned")
+    leases.create_namespaced_lease(
+        namespace,
+        {
+            "metadata": {"name": name, "labels": {"leasecron.dev/role": "job"}},
+            "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "leaseTransitions": 5},
+        },
+    )
+    job = scheduled_job(
+        "owned",
+        bucket="single-owner",
+        election={"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"},
+    )
+    apply_manifests(kube_api, [job], namespace=namespace)
+    handler = CapturingHandler(lambda ctx: ctx.wait_lost(30))
+    scheduler = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5)
+    scheduler.register("owned", handler)
+    scheduler.start()
+    try:
+        assert handler.wait_calls(1)
+        first = handler.contexts[0].token
+        assert first is not None and first > 5
+        leases.delete_namespaced_lease(name, namespace)
+        assert handler.wait_calls(2, timeout=30)
+    finally:
+        scheduler.stop()
+    again = handler.contexts[1].token
+    assert again is not None and again > first, (first, again)

@@ -90,15 +90,17 @@ class GroupLeader:
         self._jobs = {job.name for job in wanted}
         if wanted and self._elector is None:
             services = self._services
+            # The term's token fences every Leader job: above each one's floor.
+            party = services.party(
+                name=leader_lease_name(services.group),
+                labels={LABEL_GROUP: services.group},
+                floor=services.token_floor(*sorted(self._jobs)),
+            )
             self._elector = Elector(
                 services.kube,
                 services.lease_cache,
-                namespace=services.namespace,
-                name=leader_lease_name(services.group),
                 config=election_config(wanted[0]),
-                identity=services.identity,
-                clock=services.clock,
-                labels={LABEL_GROUP: services.group},
+                **party,
             )
             self._elector.start()
         elif not wanted and self._elector is not None:

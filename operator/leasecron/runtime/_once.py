@@ -83,19 +83,19 @@ class LockDispatch:
             if self._lock is not None:
                 await self._lock.close()
             services = self._services
-            self._lock = TickLock(
-                services.kube,
-                services.lease_cache,
-                namespace=services.namespace,
+            party = services.party(
                 name=job_lease_name(job.name),
-                config=config,
-                identity=services.identity,
-                clock=services.clock,
-                job=job.name,
                 labels={LABEL_JOB: job_label_value(job.name)},
                 owner_reference=owner_reference(job),
                 floor=services.token_floor(job.name),
+            )
+            self._lock = TickLock(
+                services.kube,
+                services.lease_cache,
+                config=config,
+                job=job.name,
                 on_orphan=self._adopt,
+                **party,
             )
             self._lock_key = key
         return self._lock

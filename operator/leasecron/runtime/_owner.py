@@ -97,19 +97,20 @@ class OwnerWorker:
 
     def _make_elector(self) -> Elector:
         services, job = self._services, self._job
+        party = services.party(
+            name=job_lease_name(job.name),
+            labels={LABEL_JOB: job_label_value(job.name), LABEL_ROLE: "job"},
+            owner_reference=owner_reference(job),
+            floor=services.token_floor(job.name),
+        )
         return Elector(
             services.kube,
             services.lease_cache,
-            namespace=services.namespace,
-            name=job_lease_name(job.name),
             config=election_config(job),
-            identity=services.identity,
-            clock=services.clock,
             on_started_leading=self._on_started,
             on_stopped_leading=self._on_stopped,
-            labels={LABEL_JOB: job_label_value(job.name), LABEL_ROLE: "job"},
-            owner_reference=owner_reference(job),
             stagger=self._stagger,
+            **party,
         )
 
     def _stagger(self) -> float:

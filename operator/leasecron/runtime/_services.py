@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +24,7 @@ from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
 from leasecron.coordination import Fence, LostEvent
 from leasecron.coordination.floors import token_floor
+from leasecron.coordination.resourcelocks import PartyOptions
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, KubeError
 from leasecron.models.clocks import Clock
@@ -226,14 +227,34 @@ class Services:
             return await asyncio.wait_for(start, self.tuning.unguarded_record_timeout)
         return await start
 
-    def token_floor(self, job: str) -> Callable[[], Awaitable[int]]:
-        """Reads the highest fencing token on record for `job`, so that a Lease created for it
-        again never hands out a token already used (DESIGN §5)."""
+    def token_floor(self, *jobs: str) -> Callable[[], Awaitable[int]]:
+        """Reads the highest fencing token on record for `jobs`, so that a Lease created for
+        them again never hands out a token already used (DESIGN §5)."""
 
         async def floor() -> int:
-            return await token_floor(self.kube, namespace=self.namespace, job=job)
+            floors = [await token_floor(self.kube, namespace=self.namespace, job=j) for j in jobs]
+            return max(floors, default=0)
 
         return floor
+
+    def party(
+        self,
+        *,
+        name: str,
+        labels: Mapping[str, str],
+        floor: Callable[[], Awaitable[int]],
+        owner_reference: Mapping[str, Any] | None = None,
+    ) -> PartyOptions:
+        """Who this replica is on the Lease `name` (for a TickLock or an Elector)."""
+        return PartyOptions(
+            namespace=self.namespace,
+            name=name,
+            identity=self.identity,
+            clock=self.clock,
+            labels=labels,
+            owner_reference=owner_reference,
+            floor=floor,
+        )
 
     def stop_when_lost(self, lost: LostEvent, control: RunControl) -> Callable[[], None]:
         """Stop the run's handler (reason LOST) once `lost` is set, from whichever thread sets
