@@ -135,7 +135,10 @@ class Recorder:
         )
 
     async def _take_missed(self, run: JobRun, body: dict[str, Any], taken: AlreadyExists) -> None:
-        existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
+        try:
+            existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
+        except KubeError as e:
+            raise taken from e  # a record is there; not knowing which, it stays the record
         status = (existing or {}).get("status") or {}
         if existing is None or status.get("outcome") != Outcome.MISSED.value:
             raise taken
