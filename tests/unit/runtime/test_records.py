@@ -8,10 +8,10 @@ from typing import Any, cast
 
 import pytest
 
-from leasecron.kube.errors import AlreadyExists, Conflict
+from leasecron.kube.errors import AlreadyExists, Conflict, OutcomeUnknown, Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import FakeClock
-from leasecron.models.specs import Outcome, validate_resource
+from leasecron.models.specs import JobRun, Outcome, validate_resource
 from leasecron.runtime._invoke import HandlerEnd, StopReason
 from leasecron.runtime._records import Recorder, describe_error, outcome_of
 from leasecron.testing.handlers import scheduled_job
@@ -136,3 +136,58 @@ def test_a_tick_someone_else_runs_is_not_taken_over() -> None:
     with pytest.raises(AlreadyExists):
         asyncio.run(scenario())
     assert next(iter(store.items.values()))["spec"]["holder"] == "pod-a"
+
+
+class UnreadableJobRuns(FakeJobRuns):
+    """The create answers AlreadyExists, then the store cannot be read."""
+
+    async def get(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        raise Unavailable("connection refused", reason="Unreachable")
+
+
+def test_a_run_on_record_that_cannot_be_read_stays_the_record() -> None:
+    store = UnreadableJobRuns()
+    job = validate_resource(scheduled_job("report", namespace="ns"))
+    rec = recorder(store)
+
+    async def scenario() -> None:
+        await rec.start_tick(job, tick=TICK, holder="pod-a", token=4)
+        await rec.start_tick(job, tick=TICK, holder="pod-b", token=None)
+
+    with pytest.raises(AlreadyExists):
+        asyncio.run(scenario())
+
+
+class LostReplyJobRuns(FakeJobRuns):
+    """Every create lands, and its reply is lost."""
+
+    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        await super().create(namespace=namespace, body=body)
+        raise OutcomeUnknown("reply lost", reason="NoResponse")
+
+
+def test_a_run_record_whose_create_reply_was_lost_is_read_back_and_kept() -> None:
+    store = LostReplyJobRuns()
+    job = validate_resource(scheduled_job("report", namespace="ns"))
+    rec = recorder(store)
+
+    run = asyncio.run(rec.start_tick(job, tick=TICK, holder="pod-a", token=4))
+    assert run.name in store.items and store.items[run.name]["spec"]["holder"] == "pod-a"
+
+
+def test_records_kept_for_later_are_written_once_the_store_answers() -> None:
+    store = FakeJobRuns()
+    job = validate_resource(scheduled_job("report", namespace="ns"))
+    rec = recorder(store)
+    done = JobRun.for_tick(
+        job="report", tick=TICK, holder="pod-a", start=TICK, namespace="ns"
+    ).finish(outcome=Outcome.UNGUARDED, end=TICK)
+
+    async def scenario() -> bool:
+        await rec.record_missed(job, [TICK], holder="operator", token=None, reason="late")
+        rec.record_later(done, job_uid=None)
+        return await rec.flush(timeout=5)
+
+    assert asyncio.run(scenario())
+    [record] = store.items.values()
+    assert record["status"]["outcome"] == "Unguarded" and record["spec"]["holder"] == "pod-a"
