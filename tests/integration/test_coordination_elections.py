@@ -22,7 +22,7 @@ from leasecron.models.leases import parse_lease
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
 LEASE = "leasecron-leader-billing"
-FAST = ElectionConfig(lease_duration=2, renew_deadline=1.5, retry_period=0.5)
+FAST = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
 WAIT = 10.0
 
 

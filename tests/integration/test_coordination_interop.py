@@ -21,7 +21,7 @@ from leasecron.models.leases import format_micro_time
 from leasecron.testing._assets import find_assets
 
 pytestmark = pytest.mark.integration
-FAST = ElectionConfig(lease_duration=2, renew_deadline=1.5, retry_period=0.5)
+FAST = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
 TICK = datetime(2026, 1, 1, tzinfo=UTC)
 WAIT = 10.0
 

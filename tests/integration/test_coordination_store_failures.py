@@ -17,7 +17,7 @@ from leasecron.models.configs import ElectionConfig, LockConfig
 from leasecron.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
-FAST = ElectionConfig(lease_duration=2, renew_deadline=1.5, retry_period=0.5)
+FAST = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
 TICK = datetime(2026, 1, 1, tzinfo=UTC)
 WAIT = 10.0
 RESTART_WAIT = 60.0

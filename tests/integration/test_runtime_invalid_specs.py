@@ -62,6 +62,22 @@ def test_the_api_server_refuses_what_the_crd_can_check(
     assert named in str(refused.value.body)
 
 
+def test_the_api_server_refuses_an_election_margin_under_one_second_naming_both_values(
+    kube_api: Any, namespace: str, leasecron_crds: list[str]
+) -> None:
+    election = {"leaseDuration": "3s", "renewDeadline": "2500ms"}
+    manifest = scheduled_job("tight", bucket="single-owner", election=election)
+    with pytest.raises(client.ApiException) as refused:
+        client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+            "leasecron.dev", "v1alpha1", namespace, "scheduledjobs", manifest
+        )
+    assert refused.value.status == 422
+    body = str(refused.value.body)
+    assert "spec.election.renewDeadline" in body
+    assert "renewDeadline (2500ms) must be at least 1s less than leaseDuration (3s)" in body
+    assert "client-go" in body
+
+
 def test_specs_only_the_scheduler_can_check_are_reported_by_field_and_skipped(
     kube: Kube, kube_api: Any, namespace: str
 ) -> None:

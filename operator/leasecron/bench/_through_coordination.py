@@ -41,10 +41,11 @@ async def _connect(namespace: str, *, max_workers: int) -> tuple[Kube, Informer]
 
 def election_config(lease_duration: float) -> ElectionConfig:
     """leaseDuration with renewDeadline and retryPeriod in client-go's default proportions
-    (15 s / 10 s / 2 s is 1 : 0.67 : 0.13; here 1 : 0.75 : 0.25 for short leases)."""
+    (15 s / 10 s / 2 s is 1 : 0.67 : 0.13; here 1 : 0.75 : 0.25 for short leases), keeping
+    renewDeadline at least 1 s below leaseDuration (the margin ElectionConfig requires)."""
     return ElectionConfig(
         lease_duration=lease_duration,
-        renew_deadline=lease_duration * 0.75,
+        renew_deadline=min(lease_duration * 0.75, lease_duration - 1.0),
         retry_period=lease_duration * 0.25,
     )
 

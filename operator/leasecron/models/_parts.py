@@ -1,9 +1,9 @@
 """The nested parts of a ScheduledJob spec: claim and election timings, catch-up and history,
 with the bounds each duration must respect.
 
-Owns the rules that involve only one part (atLeastFor <= atMostFor, leaseDuration >
-renewDeadline > 1.2 x retryPeriod, sane bounds). Re-exported by `specs`, which owns the rules
-that span the whole spec.
+Owns the rules that involve only one part (atLeastFor <= atMostFor, leaseDuration >=
+renewDeadline + 1s, renewDeadline > 1.2 x retryPeriod, sane bounds). Re-exported by `specs`,
+which owns the rules that span the whole spec.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validat
 
 from leasecron.models._enums import CatchUpPolicy
 from leasecron.models._fields import Duration, ResourceModel, show
+from leasecron.models.configs import MIXED_FLEET_MARGIN
 
 MAX_LOCK = timedelta(days=7)
 MAX_LEASE = timedelta(hours=1)
@@ -70,13 +71,14 @@ class ElectionSpec(ResourceModel):
     lease_duration: Duration = Field(
         default=timedelta(seconds=15),
         description="How long standbys wait after the last observed renewal before taking "
-        "over. Whole seconds, 1s to 1h.",
+        "over. Whole seconds, 1s to 1h, and at least renewDeadline + 1s.",
     )
     renew_deadline: Duration = Field(
         default=timedelta(seconds=10),
         validate_default=True,
         description="How long the leader keeps trying to renew before it stops leading. "
-        "Less than leaseDuration.",
+        "At least 1s less than leaseDuration: a client-go elector on the same Lease judges "
+        "changes at 1-second resolution.",
     )
     retry_period: Duration = Field(
         default=timedelta(seconds=2),
@@ -94,8 +96,12 @@ class ElectionSpec(ResourceModel):
     @classmethod
     def _renew_deadline(cls, value: timedelta, info: ValidationInfo) -> timedelta:
         lease = info.data.get("lease_duration")
-        if lease is not None and value >= lease:
-            raise ValueError(f"must be less than spec.election.leaseDuration ({show(lease)})")
+        if lease is not None and value + MIXED_FLEET_MARGIN > lease:
+            raise ValueError(
+                f"must be at least {show(MIXED_FLEET_MARGIN)} less than "
+                f"spec.election.leaseDuration ({show(lease)}): a client-go elector on the same "
+                "Lease judges changes at 1-second resolution"
+            )
         return within(value, low=MIN_RETRY, high=MAX_LEASE)
 
     @field_validator("retry_period")

@@ -70,9 +70,19 @@ def object_schema(
     return schema | extra
 
 
-def rule(expression: str, message: str, *, field_path: str | None = None) -> Schema:
-    """A CEL rule (x-kubernetes-validations entry), optionally pointing at one field."""
+def rule(
+    expression: str,
+    message: str,
+    *,
+    field_path: str | None = None,
+    message_expression: str | None = None,
+) -> Schema:
+    """A CEL rule (x-kubernetes-validations entry), optionally pointing at one field. A
+    `message_expression` (CEL building the message from the values) wins over `message`, which
+    the API server still shows if the expression fails."""
     out: Schema = {"rule": expression, "message": message}
+    if message_expression:
+        out["messageExpression"] = message_expression
     if field_path:
         out["fieldPath"] = field_path
     return out

@@ -22,6 +22,12 @@ from leasecron.models.leases import whole_seconds
 JITTER_FACTOR = 1.2
 """client-go's leader election requires renewDeadline > JitterFactor * retryPeriod."""
 
+MIXED_FLEET_MARGIN = timedelta(seconds=1)
+"""leaseDuration must exceed renewDeadline by at least this much. A client-go elector on the
+same Lease judges changes at 1-second resolution (leaseDurationSeconds is a whole number and
+it compares the records it observed), so a smaller margin lets it take over while a leader of
+ours still believes, within its renewDeadline, that it leads."""
+
 DurationLike = timedelta | float | int | str
 
 
@@ -107,7 +113,9 @@ class LockConfig:
 class ElectionConfig:
     """client-go's election timing: a leader renews every retryPeriod and stops leading when
     it has not renewed for renewDeadline; a standby takes over after leaseDuration without a
-    change to the Lease. Requires leaseDuration > renewDeadline > 1.2 * retryPeriod."""
+    change to the Lease. Requires leaseDuration >= renewDeadline + 1s (the margin a client-go
+    elector on the same Lease needs, see `MIXED_FLEET_MARGIN`) and renewDeadline >
+    1.2 * retryPeriod."""
 
     lease_duration: timedelta
     renew_deadline: timedelta
@@ -129,10 +137,12 @@ class ElectionConfig:
         _require_positive("leaseDuration", lease)
         _require_positive("renewDeadline", renew)
         _require_positive("retryPeriod", retry)
-        if lease <= renew:
+        if lease < renew + MIXED_FLEET_MARGIN:
             raise ConfigError(
-                f"leaseDuration ({_show(lease)}) must be greater than "
-                f"renewDeadline ({_show(renew)})"
+                f"leaseDuration ({_show(lease)}) must be at least renewDeadline "
+                f"({_show(renew)}) + {_show(MIXED_FLEET_MARGIN)}: a client-go elector on the "
+                "same Lease judges changes at 1-second resolution, so a smaller margin lets it "
+                "take over while our leader still believes it leads"
             )
         jittered = retry * JITTER_FACTOR
         if renew <= jittered:

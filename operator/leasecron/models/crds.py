@@ -1,10 +1,10 @@
 """The ScheduledJob and JobRun CustomResourceDefinitions, built as dicts from the models.
 
 Owns the structural OpenAPI schemas, their CEL rules (the checks the API server can make
-itself: atLeastFor <= atMostFor, leaseDuration > renewDeadline > 1.2 x retryPeriod, schedule
-required unless single-owner), printer columns and names. Field descriptions come from the
-models; field names, types and defaults are written here and checked against the models by a
-unit test. `crds/*.yaml` is generated from this module:
+itself: atLeastFor <= atMostFor, leaseDuration >= renewDeadline + 1s, renewDeadline > 1.2 x
+retryPeriod, schedule required unless single-owner), printer columns and names. Field
+descriptions come from the models; field names, types and defaults are written here and checked
+against the models by a unit test. `crds/*.yaml` is generated from this module:
 
     python -m leasecron.models.crds --write crds/
 
@@ -65,6 +65,9 @@ def _lock() -> Schema:
     )
 
 
+_MIXED_FLEET_WHY = "a client-go elector on the same Lease judges changes at 1-second resolution"
+
+
 def _election() -> Schema:
     return s.object_schema(
         ElectionSpec,
@@ -76,9 +79,14 @@ def _election() -> Schema:
         rules=[
             s.rule(
                 "!has(self.leaseDuration) || !has(self.renewDeadline) || "
-                "duration(self.leaseDuration) > duration(self.renewDeadline)",
-                "renewDeadline must be less than leaseDuration",
+                "duration(self.leaseDuration) >= duration(self.renewDeadline) + duration('1s')",
+                f"renewDeadline must be at least 1s less than leaseDuration: {_MIXED_FLEET_WHY}",
                 field_path=".renewDeadline",
+                message_expression=(
+                    "'renewDeadline (' + self.renewDeadline + ') must be at least 1s less than "
+                    "leaseDuration (' + self.leaseDuration + '): "
+                    f"{_MIXED_FLEET_WHY}'"
+                ),
             ),
             s.rule(
                 "!has(self.renewDeadline) || !has(self.retryPeriod) || "

@@ -26,8 +26,28 @@ def test_renew_deadline_must_exceed_jittered_retry_period_and_says_so() -> None:
 
 
 def test_lease_duration_must_exceed_renew_deadline() -> None:
-    with pytest.raises(ConfigError, match=r"leaseDuration \(10s\) must be greater than"):
+    with pytest.raises(ConfigError, match=r"leaseDuration \(10s\) must be at least"):
         ElectionConfig(lease_duration="10s")
+
+
+@pytest.mark.parametrize(
+    ("lease", "renew"), [("3s", "2.5s"), ("2s", "1.5s"), ("10s", "9.5s"), ("1s", "500ms")]
+)
+def test_lease_duration_needs_a_one_second_margin_for_client_go_and_names_both_values(
+    lease: str, renew: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ElectionConfig(lease_duration=lease, renew_deadline=renew, retry_period="100ms")
+    message = str(caught.value)
+    assert f"leaseDuration ({lease})" in message
+    assert f"renewDeadline ({renew}) + 1s" in message
+    assert "client-go" in message and "1-second resolution" in message
+
+
+@pytest.mark.parametrize(("lease", "renew"), [("3s", "2s"), ("2s", "1s"), ("15s", "10s")])
+def test_a_margin_of_exactly_one_second_is_accepted(lease: str, renew: str) -> None:
+    config = ElectionConfig(lease_duration=lease, renew_deadline=renew, retry_period="500ms")
+    assert config.lease_duration - config.renew_deadline >= timedelta(seconds=1)
 
 
 @pytest.mark.parametrize("field", ["lease_duration", "renew_deadline", "retry_period"])
@@ -76,7 +96,7 @@ def test_configs_are_immutable() -> None:
 def test_configs_come_from_the_scheduled_job_spec_blocks() -> None:
     lock = LockConfig.from_spec({"atMostFor": "15m", "atLeastFor": "30s", "keepAlive": False})
     assert lock == LockConfig(at_most_for=900, at_least_for=30, keep_alive=False)
-    election = ElectionConfig.from_spec({"leaseDuration": "3s", "renewDeadline": "2.5s"})
+    election = ElectionConfig.from_spec({"leaseDuration": "4s", "renewDeadline": "3s"})
     assert election.retry_period == timedelta(seconds=2)
     with pytest.raises(ConfigError, match="renewDeadline"):
         ElectionConfig.from_spec(

@@ -121,7 +121,7 @@ def test_the_design_rules_are_cel_rules_on_the_right_objects() -> None:
     assert any("has(self.schedule)" in r and "single-owner" in r for r in rules["spec"])
     assert any("duration(self.atLeastFor) <= duration(self.atMostFor)" in r for r in rules["lock"])
     assert any(
-        "duration(self.leaseDuration) > duration(self.renewDeadline)" in r
+        "duration(self.leaseDuration) >= duration(self.renewDeadline) + duration('1s')" in r
         for r in rules["election"]
     )
     assert any("* 5 >" in r and "* 6" in r for r in rules["election"])

@@ -231,3 +231,13 @@ def test_a_patch_removes_nested_fields_the_new_last_run_does_not_have() -> None:
     assert status_patch(current, desired) == {
         "lastRun": {"end": None, "tick": "c", "outcome": "Running"}
     }
+
+
+def test_an_election_margin_under_one_second_is_invalid_spec_naming_the_field() -> None:
+    bad = invalid(election={"leaseDuration": "3s", "renewDeadline": "2500ms"})
+    status = invalid_status(invalid=bad, previous={}, now=START)
+    valid = conditions(status)[c.VALID]
+    assert (valid.status, valid.reason) == (c.FALSE, c.REASON_INVALID_SPEC)
+    assert "spec.election.renewDeadline: '2500ms'" in valid.message
+    assert "spec.election.leaseDuration ('3s')" in valid.message
+    assert "client-go" in valid.message

@@ -94,7 +94,7 @@ def test_the_error_text_lists_every_problem() -> None:
             {"bucket": "single-owner", "election": {"renewDeadline": "15s"}},
             "spec.election.renewDeadline",
             "15s",
-            "must be less than spec.election.leaseDuration ('15s')",
+            "must be at least '1s' less than spec.election.leaseDuration ('15s')",
         ),
         (
             {"bucket": "single-owner", "election": {"renewDeadline": "12s", "retryPeriod": "10s"}},
@@ -222,3 +222,21 @@ def test_the_limits_themselves_are_accepted() -> None:
         )
     )
     assert job.spec.lock.at_least_for == job.spec.lock.at_most_for
+
+
+@pytest.mark.parametrize(("lease", "renew"), [("3s", "2500ms"), ("2s", "1.5s"), ("1s", "500ms")])
+def test_an_election_margin_under_one_second_names_both_values_and_client_go(
+    lease: str, renew: str
+) -> None:
+    problem = only_problem(
+        once(election={"leaseDuration": lease, "renewDeadline": renew, "retryPeriod": "100ms"})
+    )
+    assert (problem.path, problem.value) == ("spec.election.renewDeadline", renew)
+    text = str(problem)
+    assert f"spec.election.leaseDuration ('{lease}')" in text
+    assert "client-go" in text and "1-second resolution" in text
+
+
+def test_an_election_margin_of_exactly_one_second_is_valid() -> None:
+    election = {"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"}
+    assert validate_resource(once(election=election)).spec.election.renew_deadline.seconds == 2
