@@ -7,40 +7,41 @@ wakes subscribers and `wait_for` callers. The thread reconnects with backoff aft
 resumes from the last resourceVersion it saw (bookmarks included), and relists after 410
 Gone, emitting the MODIFIED/DELETED events the relist implies.
 
+Bounded staleness (docs/watches.md): each watch asks for bookmarks and a timeoutSeconds of
+65-85 % of `max_quiet` (90 s by default), so a healthy server speaks within `max_quiet`. A
+supervisor task closes a stream quiet beyond it (a blackholed path: connection open, no bytes)
+so that the thread re-opens it, and replaces a watch thread that is gone or blocked in one
+request beyond it. `healthy` is False while the watch is down or quiet beyond the bound. An
+unexpected exception in the thread is logged with its traceback; the thread relists and goes on.
+
 What it does not promise: to deliver every intermediate version of an object (after a relist
-only the newest is seen), or any order between different objects.
+only the newest is seen), any order between different objects, or a cache fresher than
+`max_quiet` (plus one supervisor period) when `healthy` is read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.kube import _diffs
-from leasecron.kube._diffs import Key, object_key, resource_version
+from leasecron.kube import _freshness as fresh
+from leasecron.kube._caches import ObjectCache, WatchEvent
+from leasecron.kube._diffs import resource_version
 from leasecron.kube.clients import Kube, WatchStream
 from leasecron.kube.errors import Gone, KubeError
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 
+__all__ = ["Informer", "WatchEvent", "backoff_delays"]
+
 _log = get_logger("leasecron.kube.watches")
 _PAGE_SIZE = 500
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One change seen by an Informer. `type` is ADDED, MODIFIED, DELETED, or SYNCED (the
-    cache matches a fresh list; `obj` is then empty). `observed_at` is the loop clock's
-    monotonic time when the event was applied."""
-
-    type: str
-    obj: dict[str, Any] = field(repr=False)
-    observed_at: float
 
 
 def backoff_delays(*, first: float = 0.1, cap: float = 3.0) -> Iterator[float]:
@@ -51,12 +52,12 @@ def backoff_delays(*, first: float = 0.1, cap: float = 3.0) -> Iterator[float]:
         delay = min(cap, delay * 2)
 
 
-class Informer:
+class Informer(ObjectCache):
     """list+watch cache of one collection (optionally label/field-selected), fed by a watch
     stream in a background thread and delivered into the asyncio loop.
 
-    While the stream is healthy it sends no requests other than the single long-lived watch
-    (re-opened when the server ends it, every ~5 minutes).
+    While the stream is healthy it sends no requests other than the single long-lived watch,
+    re-opened when the server ends it (every 0.65-0.85 x `max_quiet` seconds).
     """
 
     def __init__(
@@ -67,68 +68,49 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        max_quiet: float = fresh.DEFAULT_MAX_QUIET,
     ) -> None:
+        super().__init__(path=path, clock=clock)
         self._kube = kube
-        self.path = path
         self._selectors = {
             k: v
             for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector))
             if v
         }
-        self._clock = clock
-        self._objects: dict[Key, dict[str, Any]] = {}
-        self._observed: dict[Key, float] = {}
-        self._subscribers: list[Callable[[WatchEvent], None]] = []
-        self._waiters: list[asyncio.Future[None]] = []
+        self.max_quiet = fresh.check_max_quiet(max_quiet)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._supervisor: asyncio.Task[None] | None = None
         self._stopping = threading.Event()
-        self._stream_lock = threading.Lock()
+        # Guards the fields the watch thread and the supervisor share. A thread acts only while
+        # its generation is current: a replaced thread can no longer post, resume or heard.
+        self._lock = threading.Lock()
+        self._generation = 0
         self._stream: WatchStream | None = None
+        self._blocked_since: float | None = None  # the thread's list/open began (clock time)
         self._version: str | None = None  # where the watch resumes; None: relist first
-        self.healthy = False
+        self._connected = False
+        self._reported_healthy = False
+        self.last_heard: float | None = None
+        """The clock's monotonic time the server last spoke: an event, a bookmark, a watch
+        opened or ended by the server, a list. None before start."""
         self.relists = 0
+        self.restarts = 0
+        """Watch threads restarted after an unexpected exception, or replaced when gone or
+        stuck; each is logged."""
 
     # --- reading the cache (loop thread) -------------------------------------------------
 
-    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        return self._objects.get((namespace, name))
+    @property
+    def healthy(self) -> bool:
+        """True while the watch is up and the server was heard within `max_quiet`: only then
+        may the cache be taken as current (up to `max_quiet`)."""
+        return self._connected and self.staleness() <= self.max_quiet
 
-    def observed_at(self, namespace: str | None, name: str) -> float | None:
-        """Monotonic time this process first saw the object's current resourceVersion."""
-        return self._observed.get((namespace, name))
-
-    def items(self) -> list[dict[str, Any]]:
-        return list(self._objects.values())
-
-    def subscribe(self, callback: Callable[[WatchEvent], None]) -> Callable[[], None]:
-        """Call `callback` in the loop thread for every event; returns the unsubscribe.
-        An exception in a callback is logged and does not stop the informer."""
-        self._subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._subscribers:
-                self._subscribers.remove(callback)
-
-        return unsubscribe
-
-    async def wait_for(self, predicate: Callable[[], bool], *, timeout: float | None) -> bool:  # noqa: ASYNC109
-        """Wait until `predicate()` is true, re-checking after every event and health change;
-        False when `timeout` seconds pass first."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not predicate():
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                return False
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                await asyncio.wait([waiter], timeout=remaining)
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-        return True
+    def staleness(self) -> float:
+        """Seconds since the server last spoke (infinite before the first list)."""
+        heard = self.last_heard
+        return math.inf if heard is None else max(0.0, self._clock.monotonic() - heard)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -139,23 +121,86 @@ class Informer:
             raise RuntimeError("Informer already started")
         self._loop = asyncio.get_running_loop()
         items, version = await asyncio.to_thread(self._list)
+        self.last_heard = self._clock.monotonic()
         self._apply_list(items)
-        self._set_healthy(True)
-        self._thread = threading.Thread(
-            target=self._run, args=(version,), name=f"leasecron-watch {self.path}", daemon=True
-        )
-        self._thread.start()
+        self._version = version
+        self._set_connected(True)
+        self._spawn()
+        self._supervisor = self._loop.create_task(self._supervise(), name=f"supervise {self.path}")
 
     async def stop(self) -> None:
         """Close the stream and wait (bounded) for the background thread to end."""
         self._stopping.set()
-        with self._stream_lock:
-            if self._stream is not None:
-                self._stream.close()
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.cancel()
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
         thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.to_thread(thread.join, self._kube.request_timeout + 5.0)
-        self._set_healthy(False)
+        self._set_connected(False)
+
+    # --- supervision (loop thread) -----------------------------------------------------
+
+    def _spawn(self) -> None:
+        """Start a watch thread of a new generation; any previous one is abandoned."""
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+            self._blocked_since = None
+        self._thread = threading.Thread(
+            target=self._run, args=(generation,), name=f"leasecron-watch {self.path}", daemon=True
+        )
+        self._thread.start()
+
+    async def _supervise(self) -> None:
+        period = fresh.supervision_period(self.max_quiet)
+        restart_delays = backoff_delays(first=period, cap=max(period, 30.0))
+        not_before = 0.0
+        while not self._stopping.is_set():
+            await asyncio.sleep(period)
+            now = self._clock.monotonic()
+            verdict = self._judge(now)
+            if verdict is fresh.Verdict.QUIET:
+                self._close_quiet_stream()
+            elif verdict in (fresh.Verdict.DEAD, fresh.Verdict.STUCK) and now >= not_before:
+                self.restarts += 1
+                _log.error("watch thread replaced", path=self.path, verdict=str(verdict))
+                self._set_connected(False)
+                self._spawn()
+                not_before = now + next(restart_delays)
+            elif verdict is fresh.Verdict.FRESH:
+                restart_delays = backoff_delays(first=period, cap=max(period, 30.0))
+            self._report_health()
+
+    def _judge(self, now: float) -> fresh.Verdict:
+        thread = self._thread
+        with self._lock:
+            streaming, blocked_since = self._stream is not None, self._blocked_since
+        return fresh.judge(
+            now=now,
+            last_heard=self.last_heard if self.last_heard is not None else now,
+            max_quiet=self.max_quiet,
+            alive=thread is not None and thread.is_alive(),
+            streaming=streaming,
+            blocked_since=blocked_since,
+        )
+
+    def _close_quiet_stream(self) -> None:
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            _log.warning(
+                "watch quiet beyond the bound, reconnecting",
+                path=self.path,
+                quiet_s=round(self.staleness(), 1),
+                max_quiet_s=self.max_quiet,
+            )
+            self._set_connected(False)
+            stream.close()
 
     # --- background thread -------------------------------------------------------------
 
@@ -172,36 +217,57 @@ class Informer:
                 return items, str(metadata.get("resourceVersion") or "")
             query = {**query, "continue": str(token)}
 
-    def _run(self, version: str) -> None:
-        """The watch thread: watch, reconnect with backoff after errors, relist after 410."""
-        self._version = version
+    def _run(self, generation: int) -> None:
+        """The watch thread: watch, reconnect with backoff after errors, relist after 410 and
+        after an unexpected exception (logged with its traceback). Ends when stopped or when
+        a newer generation has replaced it."""
         delays = backoff_delays()
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and self._current(generation):
             opened = time.monotonic()
             try:
-                if self._version is None:
-                    items, self._version = self._list()
-                    self._post(self._relisted, items)
-                delivered = self._watch(self._version)
+                if self._version is None and not self._relist(generation):
+                    continue
+                delivered = self._watch(generation, self._version or "")
                 if delivered or time.monotonic() - opened > 1.0:
                     delays = backoff_delays()
                 else:  # ended at once without news: do not spin on a misbehaving server
                     self._stopping.wait(next(delays))
             except Gone as e:
                 _log.info("watch expired, relisting", path=self.path, error=e.message)
-                self._version = None
+                self._resume_from(generation, None)
                 if time.monotonic() - opened < 1.0:
                     self._stopping.wait(next(delays))
             except KubeError as e:
                 if self._stopping.is_set():
                     break
-                self._post(self._set_healthy, False)
+                self._post(generation, self._set_connected, False)
                 delay = next(delays)
                 _log.warning("watch failed", path=self.path, error=repr(e), retry_in=delay)
                 self._stopping.wait(delay)
+            except Exception:
+                if self._stopping.is_set():
+                    break
+                delay = next(delays)
+                _log.exception("watch thread failed, restarting it", path=self.path)
+                self._resume_from(generation, None)  # what reached the cache is unknown
+                self._post(generation, self._restarted)
+                self._stopping.wait(delay)
+            finally:
+                with self._lock:
+                    if self._generation == generation:
+                        self._blocked_since = None
 
-    def _watch(self, version: str) -> int:
-        """One watch from `version` until the server ends it, advancing `self._version` with
+    def _relist(self, generation: int) -> bool:
+        self._blocking(generation)
+        items, version = self._list()
+        self._heard(generation)
+        if not self._post(generation, self._relisted, items):
+            return False
+        self._resume_from(generation, version)
+        return True
+
+    def _watch(self, generation: int, version: str) -> int:
+        """One watch from `version` until the server ends it, advancing the resume point with
         every event and bookmark; the number of object events delivered. Raises Gone when
         `version` is too old, other KubeErrors when the connection fails."""
         query = {
@@ -209,79 +275,92 @@ class Informer:
             "watch": "1",
             "allowWatchBookmarks": "true",
             "resourceVersion": version,
-            "timeoutSeconds": str(random.randint(240, 360)),
+            "timeoutSeconds": str(fresh.watch_timeout_seconds(self.max_quiet)),
         }
+        self._blocking(generation)
         stream = self._kube.stream_lines(self.path, query=query)
-        with self._stream_lock:
-            self._stream = stream
-            if self._stopping.is_set():
-                stream.close()
-        self._post(self._set_healthy, True)
+        with self._lock:
+            current = self._generation == generation and not self._stopping.is_set()
+            if current:
+                self._stream, self._blocked_since = stream, None
+        if not current:
+            stream.close()
+            return 0
+        self._heard(generation)
+        self._post(generation, self._set_connected, True)
         delivered = 0
         try:
             for line in stream:
+                self._heard(generation)
                 kind, obj = _diffs.parse_watch_line(line)
-                self._version = resource_version(obj) or self._version
                 if kind != _diffs.BOOKMARK:
-                    self._post(self._apply, kind, obj)
+                    if not self._post(generation, self._apply, kind, obj):
+                        break
                     delivered += 1
+                version = resource_version(obj) or version
+                self._resume_from(generation, version)
         finally:
-            with self._stream_lock:
-                self._stream = None
+            with self._lock:  # still ours: the server ended it, which is news too
+                ended_by_server = self._stream is stream
+                if ended_by_server:
+                    self._stream = None
             stream.close()
+        if ended_by_server:
+            self._heard(generation)
         return delivered
 
-    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+    def _current(self, generation: int) -> bool:
+        return self._generation == generation
+
+    def _blocking(self, generation: int) -> None:
+        with self._lock:
+            if self._generation == generation:
+                self._blocked_since = self._clock.monotonic()
+
+    def _heard(self, generation: int) -> None:
+        with self._lock:
+            if self._generation == generation:
+                self.last_heard = self._clock.monotonic()
+
+    def _resume_from(self, generation: int, version: str | None) -> None:
+        with self._lock:
+            if self._generation == generation:
+                self._version = version
+
+    def _post(self, generation: int, callback: Callable[..., None], *args: Any) -> bool:
+        """Hand `callback(*args)` to the loop, unless this thread has been replaced; False
+        when it was not handed over (replaced, or the loop is gone)."""
         loop = self._loop
         if loop is None or loop.is_closed():
             self._stopping.set()
-            return
-        try:
-            loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:  # the loop closed between the check and the call
-            self._stopping.set()
+            return False
+        with self._lock:
+            if self._generation != generation:
+                return False
+            try:
+                loop.call_soon_threadsafe(callback, *args)
+            except RuntimeError:  # the loop closed between the check and the call
+                self._stopping.set()
+                return False
+        return True
 
     # --- applying changes (loop thread) ------------------------------------------------
-
-    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        key = object_key(obj)
-        now = self._clock.monotonic()
-        if kind == _diffs.DELETED:
-            if self._objects.pop(key, None) is None:
-                return
-            self._observed.pop(key, None)
-        else:
-            previous = self._objects.get(key)
-            if previous is not None and resource_version(previous) == resource_version(obj):
-                return
-            self._objects[key] = obj
-            self._observed[key] = now
-        self._emit(WatchEvent(type=kind, obj=obj, observed_at=now))
-
-    def _apply_list(self, items: list[dict[str, Any]]) -> None:
-        for kind, obj in _diffs.relist_events(self._objects, items):
-            self._apply(kind, obj)
-        self._emit(WatchEvent(type=_diffs.SYNCED, obj={}, observed_at=self._clock.monotonic()))
 
     def _relisted(self, items: list[dict[str, Any]]) -> None:
         self.relists += 1
         self._apply_list(items)
 
-    def _set_healthy(self, healthy: bool) -> None:
-        if self.healthy != healthy:
-            self.healthy = healthy
+    def _restarted(self) -> None:
+        self.restarts += 1
+        self._set_connected(False)
+
+    def _set_connected(self, connected: bool) -> None:
+        self._connected = connected
+        self._report_health()
+
+    def _report_health(self) -> None:
+        """Wake waiters when `healthy` changed since it was last reported."""
+        healthy = self.healthy
+        if healthy != self._reported_healthy:
+            self._reported_healthy = healthy
             self._wake()
-
-    def _emit(self, event: WatchEvent) -> None:
-        for callback in list(self._subscribers):
-            try:
-                callback(event)
-            except Exception:
-                _log.exception("informer subscriber failed", path=self.path, kind=event.type)
-        self._wake()
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)

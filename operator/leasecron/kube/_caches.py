@@ -1,0 +1,117 @@
+"""The loop-side half of an informer: the cache of one collection, its subscribers and the
+callers waiting on it. Only the asyncio loop thread calls into it.
+
+Owns applying an event or a fresh list (stamping each new resourceVersion with the clock's
+`monotonic()`, the moment this process saw it) and waking subscribers and `wait_for` callers.
+Does not talk to the server: `watches.Informer` feeds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from leasecron._logs import get_logger
+from leasecron.kube import _diffs
+from leasecron.kube._diffs import Key, object_key, resource_version
+from leasecron.models.clocks import Clock
+
+_log = get_logger("leasecron.kube.watches")
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change seen by an Informer. `type` is ADDED, MODIFIED, DELETED, or SYNCED (the
+    cache matches a fresh list; `obj` is then empty). `observed_at` is the loop clock's
+    monotonic time when the event was applied."""
+
+    type: str
+    obj: dict[str, Any] = field(repr=False)
+    observed_at: float
+
+
+class ObjectCache:
+    """Objects by (namespace, name), when each current version was first seen, subscribers."""
+
+    def __init__(self, *, path: str, clock: Clock) -> None:
+        self.path = path
+        self._clock = clock
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._observed: dict[Key, float] = {}
+        self._subscribers: list[Callable[[WatchEvent], None]] = []
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self._objects.get((namespace, name))
+
+    def observed_at(self, namespace: str | None, name: str) -> float | None:
+        """Monotonic time this process first saw the object's current resourceVersion."""
+        return self._observed.get((namespace, name))
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self._objects.values())
+
+    def subscribe(self, callback: Callable[[WatchEvent], None]) -> Callable[[], None]:
+        """Call `callback` in the loop thread for every event; returns the unsubscribe.
+        An exception in a callback is logged and does not stop the informer."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._subscribers:
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    async def wait_for(self, predicate: Callable[[], bool], *, timeout: float | None) -> bool:  # noqa: ASYNC109
+        """Wait until `predicate()` is true, re-checking after every event and health change;
+        False when `timeout` seconds pass first."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not predicate():
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait([waiter], timeout=remaining)
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        return True
+
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        key = object_key(obj)
+        now = self._clock.monotonic()
+        if kind == _diffs.DELETED:
+            if self._objects.pop(key, None) is None:
+                return
+            self._observed.pop(key, None)
+        else:
+            previous = self._objects.get(key)
+            if previous is not None and resource_version(previous) == resource_version(obj):
+                return
+            self._objects[key] = obj
+            self._observed[key] = now
+        self._emit(WatchEvent(type=kind, obj=obj, observed_at=now))
+
+    def _apply_list(self, items: list[dict[str, Any]]) -> None:
+        for kind, obj in _diffs.relist_events(self._objects, items):
+            self._apply(kind, obj)
+        self._emit(WatchEvent(type=_diffs.SYNCED, obj={}, observed_at=self._clock.monotonic()))
+
+    def _emit(self, event: WatchEvent) -> None:
+        for callback in list(self._subscribers):
+            try:
+                callback(event)
+            except Exception:
+                _log.exception("informer subscriber failed", path=self.path, kind=event.type)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
