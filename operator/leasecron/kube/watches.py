@@ -134,6 +134,7 @@ class Informer(ObjectCache):
         supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
             supervisor.cancel()
+            await asyncio.wait([supervisor])
         with self._lock:
             stream, self._stream = self._stream, None
         if stream is not None:
@@ -162,19 +163,22 @@ class Informer(ObjectCache):
         not_before = 0.0
         while not self._stopping.is_set():
             await asyncio.sleep(period)
-            now = self._clock.monotonic()
-            verdict = self._judge(now)
-            if verdict is fresh.Verdict.QUIET:
-                self._close_quiet_stream()
-            elif verdict in (fresh.Verdict.DEAD, fresh.Verdict.STUCK) and now >= not_before:
-                self.restarts += 1
-                _log.error("watch thread replaced", path=self.path, verdict=str(verdict))
-                self._set_connected(False)
-                self._spawn()
-                not_before = now + next(restart_delays)
-            elif verdict is fresh.Verdict.FRESH:
-                restart_delays = backoff_delays(first=period, cap=max(period, 30.0))
-            self._report_health()
+            try:
+                now = self._clock.monotonic()
+                verdict = self._judge(now)
+                if verdict is fresh.Verdict.QUIET:
+                    self._close_quiet_stream()
+                elif verdict in (fresh.Verdict.DEAD, fresh.Verdict.STUCK) and now >= not_before:
+                    self.restarts += 1
+                    _log.error("watch thread replaced", path=self.path, verdict=str(verdict))
+                    self._set_connected(False)
+                    not_before = now + next(restart_delays)
+                    self._spawn()
+                elif verdict is fresh.Verdict.FRESH:
+                    restart_delays = backoff_delays(first=period, cap=max(period, 30.0))
+                self._report_health()
+            except Exception:  # the supervisor itself must outlive anything it runs into
+                _log.exception("informer supervisor failed", path=self.path)
 
     def _judge(self, now: float) -> fresh.Verdict:
         thread = self._thread
