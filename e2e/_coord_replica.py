@@ -36,7 +36,7 @@ from leasecron.models.clocks import SystemClock
 from leasecron.models.configs import ElectionConfig, LockConfig
 from leasecron.models.decisions import claim_stagger
 
-FAST = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
+FAST = ElectionConfig(lease_duration=2, renew_deadline=1, retry_period=0.5)
 
 
 def emit(**fields: Any) -> None:
