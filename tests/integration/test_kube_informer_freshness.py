@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 T = TypeVar("T")
 DEADLINE = 20.0
 QUIET = 2.0  # the informers' max_quiet here: the smallest allowed, so the test stays short
+LONGER_QUIET = 6.0  # long enough that a pause lands in an open watch, not between two
 
 
 class PausableRelay:
@@ -123,34 +124,39 @@ def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
 def test_a_watch_gone_quiet_behind_a_blackhole_is_unhealthy_and_catches_up_when_it_heals(
     kube_api: ApiClient, namespace: str, relay: PausableRelay
 ) -> None:
-    async def scenario() -> None:
+    async def scenario() -> list[dict[str, Any]]:
         direct = LeaseStore(Kube(kube_api, max_workers=2))
         relayed_api = through(kube_api, relay)
         kube = Kube(relayed_api, max_workers=2, request_timeout=3.0)
         path = direct.collection_path(namespace=namespace)
-        informer = Informer(kube, path=path, max_quiet=QUIET)
-        await direct.create(namespace=namespace, body=lease("job", "a"))
+        informer = Informer(kube, path=path, max_quiet=LONGER_QUIET)  # watches of 3-5 s
         await informer.start()
         try:
-            assert await informer.wait_for(holder_is(informer, namespace, "job", "a"), timeout=5)
-            assert informer.healthy
-            relay.pause()
-            assert await informer.wait_for(lambda: not informer.healthy, timeout=DEADLINE)
-            assert informer.staleness() > QUIET
-            await set_holder(direct, namespace, "job", "b")  # a change it cannot hear of yet
-            assert informer.get(namespace, "job")["spec"]["holderIdentity"] == "a"  # type: ignore[index]
-            relay.resume()
-            caught_up = holder_is(informer, namespace, "job", "b")
-            assert await informer.wait_for(
-                lambda: caught_up() and informer.healthy, timeout=DEADLINE
-            )
-            assert informer.staleness() <= QUIET
+            with structlog.testing.capture_logs() as logs:
+                await direct.create(namespace=namespace, body=lease("job", "a"))
+                seen = holder_is(informer, namespace, "job", "a")
+                assert await informer.wait_for(seen, timeout=DEADLINE)
+                relay.pause()  # just after an event came in: mid-stream
+                assert informer.healthy
+                assert await informer.wait_for(lambda: not informer.healthy, timeout=DEADLINE)
+                assert informer.staleness() > LONGER_QUIET
+                await set_holder(direct, namespace, "job", "b")  # it cannot hear of this yet
+                assert seen()
+                relay.resume()
+                caught_up = holder_is(informer, namespace, "job", "b")
+                assert await informer.wait_for(
+                    lambda: caught_up() and informer.healthy, timeout=DEADLINE
+                )
+            assert informer.staleness() <= LONGER_QUIET
         finally:
             relay.resume()
             await informer.stop()
             relayed_api.close()
+        return logs
 
-    run(scenario)
+    logs = run(scenario)
+    quiet = [e for e in logs if e["event"] == "watch quiet beyond the bound, reconnecting"]
+    assert quiet and quiet[0]["quiet_s"] > LONGER_QUIET
 
 
 def test_an_unexpected_exception_in_the_watch_thread_is_logged_and_the_watch_restarts(
