@@ -196,7 +196,9 @@ def test_an_unexpected_exception_in_the_watch_thread_is_logged_and_the_watch_res
                     lambda: restarted() and informer.healthy, timeout=DEADLINE
                 )
             await set_holder(store, namespace, "job", "c")
-            assert await informer.wait_for(holder_is(informer, namespace, "job", "c"), timeout=5)
+            assert await informer.wait_for(
+                holder_is(informer, namespace, "job", "c"), timeout=DEADLINE
+            )
             assert informer.restarts == 1
         finally:
             released.set()
@@ -233,7 +235,9 @@ def test_a_watch_thread_that_is_gone_is_replaced_by_the_supervisor(
                 assert await informer.wait_for(lambda: informer.restarts == 1, timeout=DEADLINE)
             assert [e["verdict"] for e in logs if e["event"] == "watch thread replaced"] == ["dead"]
             await store.create(namespace=namespace, body=lease("job", "a"))
-            assert await informer.wait_for(holder_is(informer, namespace, "job", "a"), timeout=5)
+            assert await informer.wait_for(
+                holder_is(informer, namespace, "job", "a"), timeout=DEADLINE
+            )
             assert informer.healthy
         finally:
             await informer.stop()
