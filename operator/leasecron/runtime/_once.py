@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -35,11 +36,13 @@ from leasecron.models.specs import (
     job_label_value,
 )
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._planning import NextTick, TickPlan, plan_claimed, tick_key
+from leasecron.runtime._planning import NextTick, plan_claimed, tick_key
 from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._ticks import TickOrder
 
 _log = get_logger("leasecron.runtime.once")
+_LATE = "no replica started this tick before its startingDeadline"
+_ENDED = "the claim's grant ended (expired, lost or shut down) before this tick could start"
 _UNGUARDED_MEMORY = 1000
 """Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
 
@@ -192,9 +195,12 @@ class LockDispatch:
         watch = services.stop_when_lost(grant.lost, control)
         try:
             async with _GrantGuard(lock, grant, clock=services.clock):
-                await _record_missed(services, job, plan, grant.token)
-                for tick in plan.run:
+                await _record_missed(services, job, plan.missed, grant.token, reason=_LATE)
+                for index, tick in enumerate(plan.run):
                     if control.stopping or not grant.held:
+                        # The Lease records these ticks as claimed: nobody else will run them.
+                        unrun = plan.run[index:]
+                        await _record_missed(services, job, unrun, grant.token, reason=_ENDED)
                         return
                     lag = tick == plan.claimed and not order.planned.catch_up
                     await services.run_tick(
@@ -216,8 +222,7 @@ class LockDispatch:
         if grant.tick in self._unguarded or late:
             await grant.release()
             if late and grant.tick not in self._unguarded:
-                plan = TickPlan(claimed=grant.tick, run=(), missed=(grant.tick,))
-                await _record_missed(services, job, plan, grant.token)
+                await _record_missed(services, job, (grant.tick,), grant.token, reason=_LATE)
             return
         control = RunControl()
         order = TickOrder(job, NextTick(grant.tick), not_before=grant.tick)
@@ -258,12 +263,18 @@ class _GrantGuard:
             await grant.lost.wait_async(max(0.01, remaining))
 
 
-async def _record_missed(services: Services, job: ScheduledJob, plan: TickPlan, token: int) -> None:
-    if not plan.missed:
+async def _record_missed(
+    services: Services,
+    job: ScheduledJob,
+    ticks: Sequence[datetime],
+    token: int,
+    *,
+    reason: str,
+) -> None:
+    if not ticks:
         return
-    reason = "no replica started this tick before its startingDeadline"
     written = await services.recorder.record_missed(
-        job, plan.missed, holder=services.identity, token=token, reason=reason
+        job, ticks, holder=services.identity, token=token, reason=reason
     )
     _log.info(
         "missed ticks recorded",
@@ -271,7 +282,7 @@ async def _record_missed(services: Services, job: ScheduledJob, plan: TickPlan, 
         namespace=services.namespace,
         holder=services.identity,
         token=token,
-        missed=len(plan.missed),
+        missed=len(ticks),
         written=written,
-        more=plan.more_missed,
+        reason=reason,
     )
