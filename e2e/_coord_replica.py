@@ -9,7 +9,8 @@
 it is the virtual instant `base + k seconds` (whole seconds, as the tick annotation stores
 them). A replica woken late tries each tick it overslept, in order. The
 rendezvous-preferred replica claims at once, the others after a stagger; the
-holder releases straight away. Prints {"grant": k, "token": t} per grant, then a summary.
+holder releases straight away. Prints {"grant": k, "token": t} per grant or {"skip": k,
+"reason": r} (the lock's `last_skip`) per tick it did not get, then a summary.
 `elect`: runs an Elector; prints started/stopped events with wall times; SIGTERM stops it
 with release. `hold`: claims the current second's tick (retrying every 0.1 s), keeps the
 grant alive and reports when it is lost. Uses $KUBECONFIG.
@@ -102,6 +103,8 @@ async def ticks(args: argparse.Namespace) -> None:
             if grant is not None:
                 emit(grant=k, token=grant.token)
                 await grant.release()
+            else:
+                emit(skip=k, reason=lock.last_skip)
         wake = epoch + (last + 1) * args.period
         await asyncio.sleep(max(0.0, wake - clock.now().timestamp()))
     skips = {
