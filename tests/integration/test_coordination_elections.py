@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
 import pytest
@@ -189,14 +190,23 @@ def test_a_leader_whose_lease_is_taken_steps_down_at_once_and_contends_again(
     run(scenario)
 
 
-def test_callbacks_that_raise_do_not_stop_the_elector(kube_api: ApiClient, namespace: str) -> None:
-    def boom(*args: object) -> None:
-        raise RuntimeError("callback bug")
+def test_callbacks_that_raise_run_and_do_not_stop_the_elector_renewing(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    calls: list[tuple[str, object]] = []
+
+    def boom(what: str) -> Callable[[object], None]:
+        def callback(arg: object) -> None:
+            calls.append((what, arg.token if isinstance(arg, Term) else arg))
+            raise RuntimeError(f"{what} bug")
+
+        return callback
 
     async def failing(term: Term) -> None:
+        calls.append(("started", term.token))
         raise RuntimeError("handler bug")
 
-    async def scenario() -> None:
+    async def scenario() -> tuple[int, list[datetime]]:
         kube = Kube(kube_api, max_workers=4)
         informer = lease_informer(kube, namespace=namespace)
         await informer.start()
@@ -208,17 +218,41 @@ def test_callbacks_that_raise_do_not_stop_the_elector(kube_api: ApiClient, names
             config=FAST,
             identity="c0",
             on_started_leading=failing,
-            on_stopped_leading=boom,
-            on_new_leader=boom,
+            on_stopped_leading=boom("stopped"),
+            on_new_leader=boom("leader"),
         )
+
+        def renewed() -> datetime | None:
+            return parse_lease(informer.get(namespace, LEASE)).renew_time
+
         try:
             async with elector.leading() as term:
-                assert elector.is_leader
+                ran = await informer.wait_for(
+                    lambda: {("started", term.token), ("leader", "c0")} <= set(calls),
+                    timeout=WAIT,
+                )
+                assert ran, calls
+                # Both callbacks have raised; the elector keeps renewing (every retryPeriod,
+                # 0.5 s): wait for two more renewals, still leading the same term.
+                renewals = [renewed()]
+                for _ in range(2):
+                    later = await informer.wait_for(
+                        lambda: (renewed() or datetime.min) > (renewals[-1] or datetime.min),
+                        timeout=WAIT,
+                    )
+                    assert later, "the elector stopped renewing after its callbacks raised"
+                    renewals.append(renewed())
+                assert elector.is_leader and not term.lost.is_set()
             assert term.lost.is_set()
         finally:
             await informer.stop()
+        return term.token, [r for r in renewals if r is not None]
 
-    run(scenario)
+    token, renewals = run(scenario)
+    assert len(renewals) == 3 and renewals == sorted(set(renewals))
+    assert calls.count(("started", token)) == 1
+    assert ("stopped", token) in calls  # it ran (and raised) when the term ended
+    assert calls.count(("leader", "c0")) == 1
     assert lease_obj(kube_api, namespace)["spec"]["holderIdentity"] == ""
 
 
