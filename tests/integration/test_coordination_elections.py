@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes.client import ApiClient, CoordinationV1Api
+from kubernetes.client import ApiClient
+from lease_helpers import lease_obj, take_over
 
 from leasecron.coordination import BackgroundLoop, Elector, SyncElector, Term, lease_informer
 from leasecron.kube.clients import Kube
@@ -29,22 +30,6 @@ WAIT = 10.0
 
 def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(scenario())
-
-
-def lease_obj(api: ApiClient, namespace: str) -> dict[str, Any]:
-    """The Lease as the API server returns it (raw JSON)."""
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
-    return Kube(api, max_workers=1).request_sync("GET", path)
-
-
-def take_over(api: ApiClient, namespace: str, *, holder: str, transitions: int) -> None:
-    """Another writer takes the Lease, as an admin with kubectl edit would."""
-    leases = CoordinationV1Api(api)
-    lease = leases.read_namespaced_lease(LEASE, namespace)
-    assert lease.spec is not None
-    lease.spec.holder_identity = holder
-    lease.spec.lease_transitions = transitions
-    leases.replace_namespaced_lease(LEASE, namespace, lease)
 
 
 class Candidate:
@@ -164,7 +149,7 @@ def test_the_context_manager_form_waits_for_leadership_and_releases_on_exit(
                 term.assert_held()
                 assert (await one.record()).holder == "c0"
             assert term.lost.is_set()
-        spec = lease_obj(kube_api, namespace)["spec"]
+        spec = lease_obj(kube_api, namespace, LEASE)["spec"]
         assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
 
     run(scenario)
@@ -178,7 +163,7 @@ def test_a_leader_whose_lease_is_taken_steps_down_at_once_and_contends_again(
             one.elector.start()
             term = await one.elector.wait_leading(timeout=WAIT)
             assert term is not None
-            take_over(kube_api, namespace, holder="intruder", transitions=term.token + 5)
+            take_over(kube_api, namespace, LEASE, holder="intruder", transitions=term.token + 5)
             assert await term.lost.wait_async(WAIT)
             assert not one.elector.is_leader
             assert ("stopped", term.token) in one.events
@@ -253,7 +238,7 @@ def test_callbacks_that_raise_run_and_do_not_stop_the_elector_renewing(
     assert calls.count(("started", token)) == 1
     assert ("stopped", token) in calls  # it ran (and raised) when the term ended
     assert calls.count(("leader", "c0")) == 1
-    assert lease_obj(kube_api, namespace)["spec"]["holderIdentity"] == ""
+    assert lease_obj(kube_api, namespace, LEASE)["spec"]["holderIdentity"] == ""
 
 
 def test_the_sync_front_end_leads_from_a_plain_thread_and_releases_on_exit(
@@ -285,5 +270,5 @@ def test_the_sync_front_end_leads_from_a_plain_thread_and_releases_on_exit(
         thread.join(WAIT)
         assert not thread.is_alive()
     assert tokens == [0]
-    spec = lease_obj(kube_api, namespace)["spec"]
+    spec = lease_obj(kube_api, namespace, LEASE)["spec"]
     assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
