@@ -9,7 +9,8 @@
 it is the virtual instant `base + k seconds` (whole seconds, as the tick annotation stores
 them). A replica woken late tries each tick it overslept, in order. The
 rendezvous-preferred replica claims at once, the others after a stagger; the
-holder releases straight away. Prints {"grant": k, "token": t} per grant, then a summary.
+holder releases straight away. Prints {"grant": k, "token": t} per grant or {"skip": k,
+"reason": r} (the skip's reason) per tick it did not get, then a summary.
 `elect`: runs an Elector; prints started/stopped events with wall times; SIGTERM stops it
 with release. `hold`: claims the current second's tick (retrying every 0.1 s), keeps the
 grant alive and reports when it is lost. Uses $KUBECONFIG.
@@ -29,7 +30,15 @@ from typing import Any
 
 from leasecron._logs import configure
 from leasecron._metrics import SKIPS
-from leasecron.coordination import Elector, Grant, LostLockError, Term, TickLock, lease_informer
+from leasecron.coordination import (
+    Elector,
+    Grant,
+    LostLockError,
+    Skipped,
+    Term,
+    TickLock,
+    lease_informer,
+)
 from leasecron.kube.clients import Kube
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import SystemClock
@@ -52,17 +61,17 @@ async def connect(namespace: str) -> tuple[Kube, Informer]:
 
 async def claim_patiently(
     lock: TickLock, tick: datetime, stagger: float, patience: float
-) -> Grant | None:
+) -> Grant | Skipped:
     """Claim; when skipped because the previous tick's grant still looked live, wait (up to
-    `patience`) for the Lease to change and try once more: with 50 ms ticks the release of
-    the previous run is often still on its way through the watch."""
-    grant = await lock.claim(tick, stagger=stagger)
+    `patience`) for the Lease to change and try once more: with short ticks the release of
+    the previous run may still be on its way through the watch."""
+    result = await lock.try_claim(tick, stagger=stagger)
     seen = lock.lease.observe()
-    if grant is not None or seen is None or seen.observation.record.free:
-        return grant
+    if isinstance(result, Grant) or seen is None or seen.observation.record.free:
+        return result
     record = seen.observation.record
     if record.tick is not None and record.tick >= tick:
-        return None
+        return result
     version = seen.resource_version
 
     def changed() -> bool:
@@ -70,8 +79,8 @@ async def claim_patiently(
         return now is not None and now.resource_version != version
 
     if await lock.lease.view.wait_for(lock.namespace, lock.name, changed, timeout=patience):
-        return await lock.claim(tick, stagger=stagger)
-    return None
+        return await lock.try_claim(tick, stagger=stagger)
+    return result
 
 
 async def ticks(args: argparse.Namespace) -> None:
@@ -98,10 +107,12 @@ async def ticks(args: argparse.Namespace) -> None:
         for k in range(last + 1, due + 1):  # a replica woken late still tries every tick
             last = k
             stagger = claim_stagger(f"fast/{k}", me, members, step=args.period / 5)
-            grant = await claim_patiently(lock, base + timedelta(seconds=k), stagger, args.period)
-            if grant is not None:
-                emit(grant=k, token=grant.token)
-                await grant.release()
+            result = await claim_patiently(lock, base + timedelta(seconds=k), stagger, args.period)
+            if isinstance(result, Grant):
+                emit(grant=k, token=result.token)
+                await result.release()
+            else:
+                emit(skip=k, reason=result.reason)
         wake = epoch + (last + 1) * args.period
         await asyncio.sleep(max(0.0, wake - clock.now().timestamp()))
     skips = {

@@ -28,7 +28,10 @@ class ReplicaProcess:
         log: IO[str],
         env: Mapping[str, str] | None = None,
         stdin: bool = False,
+        changed: threading.Condition | None = None,
     ) -> None:
+        """`changed`: a condition shared by a group of replicas, to wait on all of them at
+        once with `wait_group` (each replica gets its own otherwise)."""
         environment = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
@@ -44,7 +47,7 @@ class ReplicaProcess:
             env=environment,
         )
         self.lines: list[dict[str, Any]] = []
-        self._changed = threading.Condition()
+        self._changed = changed if changed is not None else threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -71,10 +74,12 @@ class ReplicaProcess:
         with self._changed:
             while not predicate(self.lines):
                 remaining = deadline - time.monotonic()
-                exited = self.process.poll() is not None and not self._reader.is_alive()
-                if remaining <= 0 or exited:
+                if remaining <= 0 or self.gone():
                     raise AssertionError(f"replica never got there in {timeout}s: {self.lines}")
                 self._changed.wait(remaining)
+
+    def gone(self) -> bool:
+        return self.process.poll() is not None and not self._reader.is_alive()
 
     def signal(self, number: int) -> None:
         self.process.send_signal(number)
@@ -88,3 +93,19 @@ class ReplicaProcess:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+
+
+def wait_group(
+    group: Sequence[ReplicaProcess], predicate: Callable[[], bool], timeout: float, what: str
+) -> None:
+    """Wait until `predicate()` (over the lines of all of `group`) holds; the replicas must
+    share one `changed` condition. Fails when the time is up or a replica is gone."""
+    changed = group[0]._changed
+    assert all(r._changed is changed for r in group), "the replicas share no condition"
+    deadline = time.monotonic() + timeout
+    with changed:
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or any(r.gone() for r in group):
+                raise AssertionError(f"{what}: not within {timeout}s")
+            changed.wait(remaining)

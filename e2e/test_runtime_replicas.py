@@ -8,16 +8,18 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 from kubernetes import client
 
-from _processes import ReplicaProcess
+from _processes import ReplicaProcess, wait_group
 from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
 from leasecron.testing.handlers import scheduled_job, wait_for_jobruns
 
@@ -31,13 +33,22 @@ TICKS = int(os.environ.get("LEASECRON_E2E_TICKS", "60"))
 class Replica(ReplicaProcess):
     """One `_runtime_replica.py` process named `replica-<index>`."""
 
-    def __init__(self, index: int, *, namespace: str, kubeconfig: Path, log: IO[str]) -> None:
+    def __init__(
+        self,
+        index: int,
+        *,
+        namespace: str,
+        kubeconfig: Path,
+        log: IO[str],
+        changed: threading.Condition,
+    ) -> None:
         super().__init__(
             SCRIPT,
             ["--namespace", namespace],
             kubeconfig=kubeconfig,
             log=log,
             env={"POD_NAME": f"replica-{index}"},
+            changed=changed,
         )
 
     def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float) -> None:
@@ -56,7 +67,11 @@ def replicas(
     kubeconfig: Path, namespace: str, leasecron_crds: list[str], tmp_path: Path
 ) -> Iterator[list[Replica]]:
     log = (tmp_path / "replicas.log").open("w")
-    group = [Replica(i, namespace=namespace, kubeconfig=kubeconfig, log=log) for i in range(3)]
+    changed = threading.Condition()  # one for the group: a test waits on all three at once
+    group = [
+        Replica(i, namespace=namespace, kubeconfig=kubeconfig, log=log, changed=changed)
+        for i in range(3)
+    ]
     try:
         for replica in group:
             replica.wait_for(lambda lines: any(x["event"] == "ready" for x in lines), START_WAIT)
@@ -95,11 +110,13 @@ def runs_of(group: list[Replica], job: str) -> list[tuple[str, int, dict[str, An
 
 
 def wait_ticks(group: list[Replica], job: str, count: int) -> None:
-    deadline = time.monotonic() + count * 2 + 30
-    while len({tick for tick, _, _ in runs_of(group, job)}) < count:
-        assert time.monotonic() < deadline, f"fewer than {count} ticks of {job} ran"
-        group[0].wait_for(lambda _: True, 1.0)
-        time.sleep(0.2)
+    """Wait until `count` distinct ticks of `job` ran (on any replica)."""
+    wait_group(
+        group,
+        lambda: len({tick for tick, _, _ in runs_of(group, job)}) >= count,
+        count * 2 + 30,
+        f"{count} ticks of {job}",
+    )
 
 
 def test_a_once_per_tick_job_runs_once_per_tick_on_three_replicas_with_one_jobrun_each(
@@ -158,9 +175,14 @@ def test_an_every_replica_job_runs_on_all_three_replicas_every_tick(
     # Between the first tick every replica ran and the last one, every replica ran every tick.
     first = max(min(t for t, i, _ in runs if i == index) for index in range(3))
     last = min(max(t for t, i, _ in runs if i == index) for index in range(3))
-    window = [tick for tick in sorted(by_tick) if first <= tick <= last]
-    assert len(window) >= TICKS - 3
-    assert all(by_tick[tick] == {0, 1, 2} for tick in window), {t: by_tick[t] for t in window}
+    # The window is every tick of the schedule (`@every 1s`) from first to last, so a tick
+    # that no replica ran shows up as missing rather than being left out of the window.
+    start, end = _parse(first), _parse(last)
+    seconds = int((end - start).total_seconds())
+    expected = [start + timedelta(seconds=s) for s in range(seconds + 1)]
+    assert len(expected) >= TICKS - 3
+    missing = {t.isoformat(): by_tick.get(t.isoformat(), set()) for t in expected}
+    assert {t: ran for t, ran in missing.items() if ran != {0, 1, 2}} == {}
     assert all(e["token"] is None for _, _, e in runs)
 
 
@@ -193,15 +215,20 @@ def test_a_single_owner_job_has_one_owner_at_every_instant_and_hands_over_on_sig
 
 
 def _wait_owner(group: list[Replica], *, after: float) -> Replica:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    """The replica whose owner term started after `after` and is still on."""
+
+    def owner() -> Replica | None:
         for replica in group:
             starts = [e for e in replica.events("owner-start") if e["t"] > after]
             stops = [e for e in replica.events("owner-stop") if e["t"] > after]
             if len(starts) > len(stops):
                 return replica
-        time.sleep(0.01)
-    raise AssertionError("no new owner within 30s")
+        return None
+
+    wait_group(group, lambda: owner() is not None, 30, "a new owner")
+    found = owner()
+    assert found is not None
+    return found
 
 
 def _last_start(replica: Replica) -> float:
@@ -218,9 +245,7 @@ def _terms(group: list[Replica]) -> list[tuple[float, float, int]]:
     return sorted(terms)
 
 
-def _parse(tick: str) -> Any:
-    from datetime import datetime
-
+def _parse(tick: str) -> datetime:
     return datetime.fromisoformat(tick)
 
 

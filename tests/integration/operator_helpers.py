@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -142,3 +143,33 @@ def leases(api: ApiClient, namespace: str) -> list[Any]:
 def events(api: ApiClient, namespace: str, reason: str) -> list[Any]:
     found = CoreV1Api(api).list_namespaced_event(namespace).items
     return [event for event in found if event.reason == reason]
+
+
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(operator: OperatorSubprocess, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample of `name` on /metrics; fails when /metrics does not
+    declare `name`, so that a renamed metric cannot pass for "nothing happened"."""
+    status, body = operator.get("/metrics", port=operator.metrics_port)
+    assert status == 200, body[:200]
+    family = name.removesuffix("_total")
+    declared = {line.split()[2] for line in body.splitlines() if line.startswith("# TYPE ")}
+    assert family in declared or name in declared, f"/metrics declares no metric {name}"
+    found: list[tuple[dict[str, str], float]] = []
+    for line in body.splitlines():
+        sample, _, rest = line.partition("{") if "{" in line else line.partition(" ")
+        if not line.startswith("#") and sample.strip() == name:
+            found.append((dict(_LABEL.findall(rest)), float(line.rsplit(" ", 1)[1])))
+    return found
+
+
+def metric(operator: OperatorSubprocess, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` whose labels include `labels`; fails on an unknown
+    metric, and on a label name its samples do not have (a labelled family with no samples
+    yet cannot be checked: that fails too)."""
+    found = samples(operator, name)
+    if labels:
+        known = {key for sample, _ in found for key in sample}
+        assert set(labels) <= known, f"{name} has no label {sorted(set(labels) - known)}"
+    return sum(v for sample, v in found if all(sample.get(k) == x for k, x in labels.items()))

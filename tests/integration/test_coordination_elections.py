@@ -8,10 +8,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes.client import ApiClient, CoordinationV1Api
+from kubernetes.client import ApiClient
+from lease_helpers import lease_obj, take_over
 
 from leasecron.coordination import BackgroundLoop, Elector, SyncElector, Term, lease_informer
 from leasecron.kube.clients import Kube
@@ -28,22 +30,6 @@ WAIT = 10.0
 
 def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(scenario())
-
-
-def lease_obj(api: ApiClient, namespace: str) -> dict[str, Any]:
-    """The Lease as the API server returns it (raw JSON)."""
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
-    return Kube(api, max_workers=1).request_sync("GET", path)
-
-
-def take_over(api: ApiClient, namespace: str, *, holder: str, transitions: int) -> None:
-    """Another writer takes the Lease, as an admin with kubectl edit would."""
-    leases = CoordinationV1Api(api)
-    lease = leases.read_namespaced_lease(LEASE, namespace)
-    assert lease.spec is not None
-    lease.spec.holder_identity = holder
-    lease.spec.lease_transitions = transitions
-    leases.replace_namespaced_lease(LEASE, namespace, lease)
 
 
 class Candidate:
@@ -163,7 +149,7 @@ def test_the_context_manager_form_waits_for_leadership_and_releases_on_exit(
                 term.assert_held()
                 assert (await one.record()).holder == "c0"
             assert term.lost.is_set()
-        spec = lease_obj(kube_api, namespace)["spec"]
+        spec = lease_obj(kube_api, namespace, LEASE)["spec"]
         assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
 
     run(scenario)
@@ -177,7 +163,7 @@ def test_a_leader_whose_lease_is_taken_steps_down_at_once_and_contends_again(
             one.elector.start()
             term = await one.elector.wait_leading(timeout=WAIT)
             assert term is not None
-            take_over(kube_api, namespace, holder="intruder", transitions=term.token + 5)
+            take_over(kube_api, namespace, LEASE, holder="intruder", transitions=term.token + 5)
             assert await term.lost.wait_async(WAIT)
             assert not one.elector.is_leader
             assert ("stopped", term.token) in one.events
@@ -189,14 +175,23 @@ def test_a_leader_whose_lease_is_taken_steps_down_at_once_and_contends_again(
     run(scenario)
 
 
-def test_callbacks_that_raise_do_not_stop_the_elector(kube_api: ApiClient, namespace: str) -> None:
-    def boom(*args: object) -> None:
-        raise RuntimeError("callback bug")
+def test_callbacks_that_raise_run_and_do_not_stop_the_elector_renewing(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    calls: list[tuple[str, object]] = []
+
+    def boom(what: str) -> Callable[[object], None]:
+        def callback(arg: object) -> None:
+            calls.append((what, arg.token if isinstance(arg, Term) else arg))
+            raise RuntimeError(f"{what} bug")
+
+        return callback
 
     async def failing(term: Term) -> None:
+        calls.append(("started", term.token))
         raise RuntimeError("handler bug")
 
-    async def scenario() -> None:
+    async def scenario() -> tuple[int, list[datetime]]:
         kube = Kube(kube_api, max_workers=4)
         informer = lease_informer(kube, namespace=namespace)
         await informer.start()
@@ -208,18 +203,42 @@ def test_callbacks_that_raise_do_not_stop_the_elector(kube_api: ApiClient, names
             config=FAST,
             identity="c0",
             on_started_leading=failing,
-            on_stopped_leading=boom,
-            on_new_leader=boom,
+            on_stopped_leading=boom("stopped"),
+            on_new_leader=boom("leader"),
         )
+
+        def renewed() -> datetime | None:
+            return parse_lease(informer.get(namespace, LEASE)).renew_time
+
         try:
             async with elector.leading() as term:
-                assert elector.is_leader
+                ran = await informer.wait_for(
+                    lambda: {("started", term.token), ("leader", "c0")} <= set(calls),
+                    timeout=WAIT,
+                )
+                assert ran, calls
+                # Both callbacks have raised; the elector keeps renewing (every retryPeriod,
+                # 0.5 s): wait for two more renewals, still leading the same term.
+                renewals = [renewed()]
+                for _ in range(2):
+                    later = await informer.wait_for(
+                        lambda: (renewed() or datetime.min) > (renewals[-1] or datetime.min),
+                        timeout=WAIT,
+                    )
+                    assert later, "the elector stopped renewing after its callbacks raised"
+                    renewals.append(renewed())
+                assert elector.is_leader and not term.lost.is_set()
             assert term.lost.is_set()
         finally:
             await informer.stop()
+        return term.token, [r for r in renewals if r is not None]
 
-    run(scenario)
-    assert lease_obj(kube_api, namespace)["spec"]["holderIdentity"] == ""
+    token, renewals = run(scenario)
+    assert len(renewals) == 3 and renewals == sorted(set(renewals))
+    assert calls.count(("started", token)) == 1
+    assert ("stopped", token) in calls  # it ran (and raised) when the term ended
+    assert calls.count(("leader", "c0")) == 1
+    assert lease_obj(kube_api, namespace, LEASE)["spec"]["holderIdentity"] == ""
 
 
 def test_the_sync_front_end_leads_from_a_plain_thread_and_releases_on_exit(
@@ -251,5 +270,5 @@ def test_the_sync_front_end_leads_from_a_plain_thread_and_releases_on_exit(
         thread.join(WAIT)
         assert not thread.is_alive()
     assert tokens == [0]
-    spec = lease_obj(kube_api, namespace)["spec"]
+    spec = lease_obj(kube_api, namespace, LEASE)["spec"]
     assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)

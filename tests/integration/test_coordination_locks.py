@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes.client import ApiClient, CoordinationV1Api
+from kubernetes.client import ApiClient
+from lease_helpers import lease_obj, take_over
 
 from leasecron.coordination import (
     BackgroundLoop,
@@ -81,22 +82,6 @@ async def replicas(api: ApiClient, namespace: str, count: int) -> AsyncIterator[
             await replica.informer.stop()
 
 
-def lease_obj(api: ApiClient, namespace: str) -> dict[str, Any]:
-    """The Lease as the API server returns it (raw JSON)."""
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
-    return Kube(api, max_workers=1).request_sync("GET", path)
-
-
-def take_over(api: ApiClient, namespace: str, *, holder: str, transitions: int) -> None:
-    """Another writer takes the Lease, as an admin with kubectl edit would."""
-    leases = CoordinationV1Api(api)
-    lease = leases.read_namespaced_lease(LEASE, namespace)
-    assert lease.spec is not None
-    lease.spec.holder_identity = holder
-    lease.spec.lease_transitions = transitions
-    leases.replace_namespaced_lease(LEASE, namespace, lease)
-
-
 def test_a_claim_writes_the_lease_like_client_go_with_token_and_tick(
     kube_api: ApiClient, namespace: str
 ) -> None:
@@ -107,7 +92,7 @@ def test_a_claim_writes_the_lease_like_client_go_with_token_and_tick(
     grant = run(scenario)
     assert grant is not None
     assert (grant.token, grant.tick, grant.holder) == (1, TICK, "replica-0")
-    obj = lease_obj(kube_api, namespace)
+    obj = lease_obj(kube_api, namespace, LEASE)
     assert obj["spec"]["holderIdentity"] == "replica-0"
     assert obj["spec"]["leaseDurationSeconds"] == 2
     assert obj["spec"]["leaseTransitions"] == 1
@@ -140,7 +125,7 @@ def test_a_released_lease_is_claimed_for_the_next_tick_with_the_next_token(
             assert grant is not None
             await grant.release()
             assert await second.sees(namespace, lambda o: o["spec"]["holderIdentity"] == "")
-            spec = lease_obj(kube_api, namespace)["spec"]
+            spec = lease_obj(kube_api, namespace, LEASE)["spec"]
             assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
             nxt = await second.lock(namespace).claim(TICK + timedelta(minutes=1))
             assert nxt is not None
@@ -177,7 +162,7 @@ def test_release_within_at_least_for_keeps_the_holder_until_it_has_passed(
             grant = await lock.claim(TICK)
             assert grant is not None
             await grant.release()
-            spec = lease_obj(kube_api, namespace)["spec"]
+            spec = lease_obj(kube_api, namespace, LEASE)["spec"]
             assert spec["holderIdentity"] == "replica-0"
             assert spec["leaseDurationSeconds"] == 2  # 1.5 s rounded up
             assert await one.sees(namespace, lambda o: o["spec"]["holderIdentity"] == "")
@@ -200,10 +185,10 @@ def test_keep_alive_renews_and_a_takeover_sets_lost_and_calls_listeners(
             grant = await one.lock(namespace, LockConfig(at_most_for=1.2)).claim(TICK)
             assert grant is not None
             async with grant.keep_alive(listeners=[bad_listener]) as keep_alive:
-                first = parse_lease(lease_obj(kube_api, namespace)).renew_time
+                first = parse_lease(lease_obj(kube_api, namespace, LEASE)).renew_time
                 assert await one.sees(namespace, lambda o: parse_lease(o).renew_time != first)
                 assert grant.held
-                take_over(kube_api, namespace, holder="intruder", transitions=9)
+                take_over(kube_api, namespace, LEASE, holder="intruder", transitions=9)
                 assert await grant.lost.wait_async(WAIT)
                 assert keep_alive.renewals >= 1
                 await asyncio.sleep(0)  # let the listener task run
@@ -214,7 +199,7 @@ def test_keep_alive_renews_and_a_takeover_sets_lost_and_calls_listeners(
             with pytest.raises(LostLockError, match="intruder"):
                 grant.assert_held()
             await grant.release()  # never writes over the intruder
-        spec = lease_obj(kube_api, namespace)["spec"]
+        spec = lease_obj(kube_api, namespace, LEASE)["spec"]
         assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("intruder", 9)
 
     run(scenario)
@@ -269,4 +254,4 @@ def test_the_sync_front_end_claims_and_releases_from_a_plain_thread(
         thread.start()
         thread.join(WAIT)
     assert results == [1]
-    assert lease_obj(kube_api, namespace)["spec"]["holderIdentity"] == ""
+    assert lease_obj(kube_api, namespace, LEASE)["spec"]["holderIdentity"] == ""

@@ -10,17 +10,30 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
-from operator_helpers import apply_job, get_job, poll, running_operator
+from operator_helpers import apply_job, get_job, metric, poll, running_operator, samples
 
 from leasecron.bench._operator_process import OperatorSubprocess
 from leasecron.operator import EXIT_LOST_LEADERSHIP
 
 WRITE_VERBS = ("create", "update", "patch", "delete")
+READ_VERBS = ("get", "list", "watch")
 
 
 def writes(operator: OperatorSubprocess) -> float:
-    """Every write request the process sent, whoever it was for (election included)."""
-    return sum(operator.metric("leasecron_api_requests_total", verb=v) for v in WRITE_VERBS)
+    """Every write request the process sent, whoever it was for (election included). Every
+    request is counted by verb, and every verb must be a known read or write."""
+    found = samples(operator, "leasecron_api_requests_total")
+    verbs = {sample.get("verb") for sample, _ in found}
+    assert found and verbs <= {*READ_VERBS, *WRITE_VERBS}, f"unknown verbs: {verbs}"
+    return sum(v for sample, v in found if sample["verb"] in WRITE_VERBS)
+
+
+def election_lease(api: ApiClient, namespace: str) -> tuple[str, float, float]:
+    """(holder, acquireTime, renewTime) of the operator's election Lease, times in seconds."""
+    spec = CoordinationV1Api(api).read_namespaced_lease("leasecron-operator", namespace).spec
+    assert spec is not None and spec.acquire_time is not None and spec.renew_time is not None
+    holder = spec.holder_identity or ""
+    return holder, spec.acquire_time.timestamp(), spec.renew_time.timestamp()
 
 
 def missed_runs(api: ApiClient, namespace: str) -> int:
@@ -77,21 +90,31 @@ def test_killing_the_active_operator_hands_the_work_to_the_standby_which_wrote_n
             assert second.get("/readyz")[1].startswith("ok: standby")
             apply_job(kube_api, namespace, "ping", schedule="@every 1s", startingDeadline="1s")
             poll(lambda: missed_runs(kube_api, namespace) >= 2, timeout=10, what="alarmed")
-            assert active.metric("leasecron_operator_writes_total") > 0
+            assert metric(active, "leasecron_operator_writes_total") > 0
+            assert writes(active) > 0
             assert writes(second) == 0
-            assert second.metric("leasecron_operator_writes_total") == 0
+            assert metric(second, "leasecron_operator_writes_total") == 0
 
             active.signal(signal.SIGKILL)
             killed = time.monotonic()
+            # The dead leader's last renewal, read before the standby can take over (>= 1 s
+            # away: it renews every 500 ms within a 3 s lease). It stamps renewTime before it
+            # writes and the standby starts its 3 s when it observes the write, so the
+            # standby's own acquireTime cannot be earlier than renewTime + 3 s.
+            holder, _, renewed = election_lease(kube_api, namespace)
+            assert holder == "active"
             second.wait(second.leading, timeout=10, what="leading after the kill")
             took_over = time.monotonic() - killed
+            holder, acquired, _ = election_lease(kube_api, namespace)
+            assert holder == "standby"
+            assert acquired >= renewed + 3 - 0.05, "the standby took a Lease that was still live"
             before = missed_runs(kube_api, namespace)
             poll(
                 lambda: missed_runs(kube_api, namespace) > before,
                 timeout=10,
                 what="kept up by the new leader",
             )
-            assert second.metric("leasecron_operator_writes_total") > 0
+            assert metric(second, "leasecron_operator_writes_total") > 0
             assert took_over < 3 + 3  # leaseDuration 3s, plus the standby's detection
         finally:
             second.stop()

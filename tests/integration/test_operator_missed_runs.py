@@ -13,6 +13,7 @@ from operator_helpers import (
     get_job,
     job_condition,
     jobruns,
+    metric,
     poll,
     running_operator,
     running_replica,
@@ -59,7 +60,7 @@ def test_a_job_nobody_runs_is_flagged_missed_and_cleared_once_a_replica_runs_it(
         assert warning[0].type == "Warning"
         assert warning[0].involved_object.name == "ping"
         assert get_job(kube_api, namespace, "ping")["status"]["missedRuns"] >= 1
-        assert operator.metric("leasecron_missed_runs_total", scheduled_job="ping") >= 1
+        assert metric(operator, "leasecron_missed_runs_total", scheduled_job="ping") >= 1
 
         with running_replica(
             kubeconfig, namespace, tmp_path, identity="pinger", group="pingers", handlers="ping"

@@ -4,9 +4,7 @@ the job's creation and its first claim were missed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +20,6 @@ from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for
 
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 def outcomes(items: list[dict[str, Any]]) -> dict[str, str]:

@@ -5,8 +5,6 @@ message naming the field, once per generation, and skips, while its other jobs r
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,13 +19,6 @@ from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 @pytest.mark.parametrize(

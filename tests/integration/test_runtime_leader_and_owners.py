@@ -1,6 +1,7 @@
 """Several schedulers of one group (in one process, as separate replicas): once-per-tick jobs
 with `coordination: Leader` run on the group's leader only and move with the leadership, and
-single-owner jobs spread over the replicas instead of piling onto the first."""
+single-owner jobs go to their rendezvous-preferred replica, spreading over the replicas instead
+of piling onto the first."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from kubernetes import client
 
 from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
+from leasecron.models.decisions import rendezvous_rank
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
 from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
@@ -23,13 +24,6 @@ from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
 ELECTION = {"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"}
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 @pytest.fixture
@@ -82,7 +76,7 @@ def test_leader_coordinated_ticks_run_on_the_group_leader_and_follow_it(
     assert {r["spec"]["holder"] for r in runs} == {a.identity, b.identity}
 
 
-def test_single_owner_jobs_spread_over_the_replicas(
+def test_single_owner_jobs_go_to_their_rendezvous_preferred_replica(
     replicas: list[Scheduler], kube_api: Any, namespace: str
 ) -> None:
     owners: dict[str, str] = {}
@@ -104,6 +98,13 @@ def test_single_owner_jobs_spread_over_the_replicas(
     apply_manifests(kube_api, jobs, namespace=namespace)
     with changed:
         assert changed.wait_for(lambda: len(owners) == len(names), timeout=30)
-    spread = set(owners.values())
     print(f"\nowners: {dict(sorted(owners.items()))}")
-    assert len(spread) >= 2, owners
+    # With all three members live, each job's owner is its rendezvous-preferred replica: the
+    # others wait rank * 0.5 s before contending and by then see the Lease taken.
+    identities = [scheduler.identity for scheduler in replicas]
+    preferred = {
+        name: next(i for i in identities if rendezvous_rank(name, i, identities) == 0)
+        for name in names
+    }
+    assert owners == preferred
+    assert len(set(preferred.values())) == 3  # these six names do spread over all three

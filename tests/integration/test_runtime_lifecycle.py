@@ -9,7 +9,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,13 +23,6 @@ from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for
 
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 @pytest.fixture

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,13 +17,6 @@ from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for
 
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 def create_job(api: Any, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -54,10 +46,12 @@ def test_a_once_per_tick_job_gets_one_jobrun_per_tick_with_its_context(
     finally:
         scheduler.stop()
     contexts: list[JobContext] = capture.contexts[:3]
+    # Consecutive ticks of `@every 1s`, each claimed with the next fencing token (one replica:
+    # every claim is a new grant on the same Lease, transitions + 1).
     ticks = [ctx.tick for ctx in contexts]
-    assert ticks == sorted(set(ticks))
+    assert ticks == [ticks[0] + timedelta(seconds=n) for n in range(3)]
     tokens = [ctx.token for ctx in contexts]
-    assert all(t is not None for t in tokens) and tokens == sorted(set(tokens))
+    assert tokens[0] is not None and tokens == [tokens[0] + n for n in range(3)]
     by_name = {run["metadata"]["name"]: run for run in runs}
     for ctx in contexts:
         run = by_name[jobrun_name("report", ctx.tick)]
@@ -118,4 +112,4 @@ def test_an_asyncio_app_runs_the_scheduler_with_async_with_and_async_handlers(
 
     seen = asyncio.run(app())
     assert [ctx.job for ctx in seen[:2]] == ["ping", "ping"]
-    assert seen[0].tick < seen[1].tick
+    assert seen[1].tick - seen[0].tick == timedelta(seconds=1)

@@ -3,9 +3,7 @@ handler against the cluster, as a replica runs it, with its context captured."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,13 +16,6 @@ from leasecron.testing.handlers import CapturingHandler, run_tick_sync, schedule
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 @pytest.fixture

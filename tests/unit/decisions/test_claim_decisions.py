@@ -103,7 +103,9 @@ def test_expiry_is_measured_from_when_this_replica_observed_the_record() -> None
     # The remote renewTime is an hour old, but we saw this version only 9.9 s ago: still live.
     stale_looking = held(renew_time=NOW - timedelta(hours=1))
     assert claim(seen(stale_looking, at=90.1), now_mono=100.0) == Skip("live_grant")
-    assert isinstance(claim(seen(stale_looking, at=90.0), now_mono=100.0), Claim)
+    decision = claim(seen(stale_looking, at=90.0), now_mono=100.0)
+    assert isinstance(decision, Claim)
+    assert (decision.record.holder, decision.token, decision.create) == ("me", 6, False)
 
 
 def test_an_unknown_duration_counts_as_live_for_our_own_at_most_for() -> None:
@@ -112,12 +114,28 @@ def test_an_unknown_duration_counts_as_live_for_our_own_at_most_for() -> None:
     decision = claim(seen(corrupt, at=90.0), now_mono=100.0)
     assert isinstance(decision, Claim)
     assert decision.record.problems == ()
+    assert (decision.record.holder, decision.record.lease_duration_s) == ("me", 10)
+    assert (decision.token, decision.record.resource_version) == (6, "9")
 
 
 def test_past_the_starting_deadline_nobody_starts_the_tick() -> None:
     late_wall = TICK + timedelta(seconds=61)
     assert claim(None, now_wall=late_wall, deadline=timedelta(seconds=60)) == Skip("deadline")
-    assert isinstance(claim(None, now_wall=late_wall, deadline=timedelta(seconds=62)), Claim)
+    decision = claim(None, now_wall=late_wall, deadline=timedelta(seconds=62))
+    assert isinstance(decision, Claim)
+    assert (decision.record.tick, decision.record.acquire_time) == (TICK, late_wall)
+
+
+def test_exactly_at_the_starting_deadline_the_tick_still_starts() -> None:
+    # DESIGN §5 step 8: nobody starts a tick *past* tick + startingDeadline; at the deadline
+    # itself it still starts (as a CronJob's startingDeadlineSeconds), one microsecond later not.
+    deadline = timedelta(seconds=60)
+    at_deadline = claim(None, now_wall=TICK + deadline, deadline=deadline)
+    assert isinstance(at_deadline, Claim)
+    assert at_deadline.record.tick == TICK
+    just_past = TICK + deadline + timedelta(microseconds=1)
+    assert claim(None, now_wall=just_past, deadline=deadline) == Skip("deadline")
+    assert isinstance(claim(None, now_wall=TICK, deadline=timedelta(0)), Claim)
 
 
 def test_a_taken_tick_is_reported_as_taken_rather_than_past_deadline() -> None:
@@ -128,7 +146,15 @@ def test_a_taken_tick_is_reported_as_taken_rather_than_past_deadline() -> None:
 
 def test_a_tick_recorded_absurdly_far_in_the_future_does_not_block_the_job() -> None:
     corrupt = held(holder="", tick=NOW + timedelta(days=400))
-    assert isinstance(claim(seen(corrupt)), Claim)
+    decision = claim(seen(corrupt))
+    assert isinstance(decision, Claim)
+    assert (decision.record.tick, decision.token, decision.record.holder) == (TICK, 6, "me")
+
+
+def test_a_recorded_tick_up_to_a_day_ahead_still_counts_as_taken() -> None:
+    # A replica whose clock runs hours ahead is still sane: its recorded tick blocks ours.
+    ahead = held(holder="", tick=NOW + timedelta(hours=23))
+    assert claim(seen(ahead)) == Skip("taken")
 
 
 def grant(**changes: object) -> LeaseRecord:
@@ -149,15 +175,14 @@ def test_renew_keeps_holder_token_and_tick_and_moves_renew_time() -> None:
 def test_renew_after_someone_else_took_over_is_lost_and_writes_nothing() -> None:
     current = held(holder="other", transitions=7)
     decision = decide_renew(current=current, identity="me", token=6, config=CONFIG, now_wall=NOW)
-    assert isinstance(decision, Lost)
-    assert "other" in decision.reason
+    assert decision == Lost("the Lease is held by other now")
 
 
 def test_renew_when_the_token_moved_on_is_lost() -> None:
     decision = decide_renew(
         current=grant(transitions=8), identity="me", token=6, config=CONFIG, now_wall=NOW
     )
-    assert isinstance(decision, Lost)
+    assert decision == Lost("the Lease shows token 8, not 6")
 
 
 def release(current: LeaseRecord, *, acquired: float, now: float) -> Release | Lost:
@@ -189,7 +214,11 @@ def test_release_within_at_least_for_holds_the_lease_for_the_rest_of_it() -> Non
     assert decision.free_at == 104.0
     assert decision.record.holder == "me"
     assert decision.record.lease_duration_s == 3  # 2.5 s rounded up
+    # Held, the record still shows this tick and token: nobody may claim the tick again.
+    assert (decision.record.tick, decision.record.transitions) == (TICK, 6)
+    assert decision.record.renew_time == NOW
 
 
 def test_release_of_a_grant_already_lost_writes_nothing() -> None:
-    assert isinstance(release(held(holder="", transitions=6), acquired=100, now=200), Lost)
+    lost = release(held(holder="", transitions=6), acquired=100, now=200)
+    assert lost == Lost("the Lease is held by nobody now")

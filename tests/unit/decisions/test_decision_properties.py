@@ -62,13 +62,14 @@ class World:
     store: Store = field(default_factory=Store)
     mono: float = 0.0
     grants: list[tuple[str, datetime, int, float]] = field(default_factory=list)
+    period: float = PERIOD
 
     def wall(self, replica: Replica) -> datetime:
         return EPOCH + timedelta(seconds=self.mono + replica.skew + 10.0)
 
     def tick(self, replica: Replica) -> datetime:
         seconds = (self.wall(replica) - EPOCH).total_seconds()
-        return EPOCH + timedelta(seconds=(seconds // PERIOD) * PERIOD)
+        return EPOCH + timedelta(seconds=(seconds // self.period) * self.period)
 
     def sync(self, replica: Replica) -> None:
         record = self.store.record
@@ -193,6 +194,40 @@ def test_no_interleaving_grants_a_tick_twice_or_overlaps_grants(
     assert len(ticks) == len(set(ticks)), "a tick was granted twice"
     tokens = [token for _, _, token, _ in world.grants]
     assert tokens == sorted(set(tokens)), "tokens did not strictly increase"
+
+
+lifecycle = st.lists(
+    st.tuples(
+        st.integers(0, 2),
+        st.sampled_from([0.0, 0.1, 0.3, 0.6]),
+        st.booleans(),
+        st.sampled_from(["claim", "release", "renew"]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(script=lifecycle)
+# r0 runs the tick and frees the Lease after atLeastFor; r1 sees it free but with the tick.
+@example(script=[(0, 0.0, True, "claim"), (0, 0.6, False, "release"), (1, 0.0, True, "claim")])
+def test_a_tick_run_and_released_is_never_claimed_again_within_its_period(
+    script: list[tuple[int, float, bool, str]],
+) -> None:
+    # A long period (5 s) against atLeastFor (0.5 s): most of each tick's period comes after
+    # the release, which is where a release that forgets the tick would let it run again.
+    world = World([Replica("r0", 0.0), Replica("r1", 0.0), Replica("r2", -0.4)], period=5.0)
+    for index, wait, sync, action in script:
+        replica = world.replicas[index]
+        world.mono += wait
+        if sync:
+            world.sync(replica)
+        if action == "claim":
+            step_claim(world, replica)
+        else:
+            step_renew_or_release(world, replica, action)
+    ticks = [tick for _, tick, _, _ in world.grants]
+    assert len(ticks) == len(set(ticks)), f"a tick was run twice: {world.grants}"
 
 
 @settings(max_examples=100, deadline=None)

@@ -91,4 +91,11 @@ def test_the_namespace_comes_from_pod_namespace_then_the_kubeconfig_then_default
 
 
 def test_stop_before_start_is_harmless() -> None:
-    Scheduler(namespace="ns").stop()
+    scheduler = Scheduler(namespace="ns", identity="pod-a-1")
+    scheduler.register("nightly", lambda ctx: None)
+    scheduler.stop()  # no thread to join: returns at once rather than waiting out a timeout
+    scheduler.stop(timeout=0.0)
+    assert not scheduler.running
+    assert scheduler.wait_ready(0.0) is False  # never started, so never ready
+    assert scheduler.handlers == ("nightly",)
+    assert (scheduler.jobs, scheduler.ignored) == ((), {})

@@ -159,3 +159,62 @@ def test_lord_howe_half_hour_fold_runs_the_repeated_time_once() -> None:
     schedule = Schedule.parse("45 1 * * *", time_zone="Australia/Lord_Howe")
     found = walk(schedule, local(LORD_HOWE, 2026, 4, 4, 12), local(LORD_HOWE, 2026, 4, 5, 12))
     assert found == [local(LORD_HOWE, 2026, 4, 5, 1, 45, fold=0)]
+
+
+# -- the end of a fall-back fold: the first wall time after the repeated stretch ----------------
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        local(BERLIN, 2026, 10, 25, 2, 10, fold=1),
+        datetime(2026, 10, 25, 1, 59, 59, tzinfo=UTC),  # 02:59:59 CET, the fold's last second
+        datetime(2026, 10, 25, 1, 59, 59, 999999, tzinfo=UTC),
+    ],
+)
+def test_a_wall_time_at_the_end_of_the_berlin_fold_ticks_when_the_fold_ends(
+    moment: datetime,
+) -> None:
+    # 03:00 first occurs at the end of the fold (03:00 CET = 02:00 UTC): asked anywhere on the
+    # second pass, up to its very last microsecond, it is the next tick, not tomorrow's.
+    schedule = Schedule.parse("0 3 * * *", time_zone="Europe/Berlin")
+    assert schedule.next_after(moment) == datetime(2026, 10, 25, 2, 0, tzinfo=UTC)
+    assert schedule.latest_at_or_before(moment) == local(BERLIN, 2026, 10, 24, 3, 0)
+
+
+def test_the_last_second_of_the_fold_ticks_on_the_first_pass_only() -> None:
+    # 02:59:59 is the last repeated wall time: asked on the second pass, the next tick is the
+    # next day's, and the latest is the first pass's (00:59:59 UTC), never the second's.
+    schedule = Schedule.parse("59 59 2 * * *", time_zone="Europe/Berlin")
+    second_pass = local(BERLIN, 2026, 10, 25, 2, 30, fold=1)
+    assert schedule.next_after(second_pass) == local(BERLIN, 2026, 10, 26, 2, 59) + timedelta(
+        seconds=59
+    )
+    assert schedule.latest_at_or_before(second_pass) == datetime(
+        2026, 10, 25, 0, 59, 59, tzinfo=UTC
+    )
+
+
+def test_a_walk_over_the_whole_berlin_fold_pauses_on_the_second_pass_and_resumes_at_three() -> None:
+    schedule = Schedule.parse("0 * 2,3 * * *", time_zone="Europe/Berlin")
+    found = walk(schedule, local(BERLIN, 2026, 10, 25, 2, 58), local(BERLIN, 2026, 10, 25, 3, 2))
+    assert found == [
+        local(BERLIN, 2026, 10, 25, 2, 59, fold=0),
+        local(BERLIN, 2026, 10, 25, 3, 0),
+        local(BERLIN, 2026, 10, 25, 3, 1),
+        local(BERLIN, 2026, 10, 25, 3, 2),
+    ]
+    assert found[1] - found[0] == timedelta(minutes=61)
+
+
+def test_new_york_two_oclock_ticks_exactly_when_its_fold_ends() -> None:
+    schedule = Schedule.parse("0 2 * * *", time_zone="America/New_York")
+    last_second = local(NEW_YORK, 2026, 11, 1, 1, 59, fold=1) + timedelta(seconds=59)
+    assert schedule.next_after(last_second) == datetime(2026, 11, 1, 7, 0, tzinfo=UTC)
+
+
+def test_lord_howe_two_oclock_ticks_exactly_when_its_half_hour_fold_ends() -> None:
+    # 2026-04-05: 02:00 +11:00 falls back to 01:30 +10:30; the fold ends at 02:00 +10:30.
+    schedule = Schedule.parse("0 2 * * *", time_zone="Australia/Lord_Howe")
+    last_second = local(LORD_HOWE, 2026, 4, 5, 1, 59, fold=1) + timedelta(seconds=59)
+    assert schedule.next_after(last_second) == datetime(2026, 4, 4, 15, 30, tzinfo=UTC)
