@@ -18,17 +18,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import replace
 from datetime import datetime
-from enum import StrEnum
 
 from leasecron._logs import get_logger
 from leasecron.coordination import Elector, Term
-from leasecron.coordination._views import Seen
-from leasecron.kube.errors import Conflict, KubeError
+from leasecron.coordination.marks import Mark, mark_tick
 from leasecron.models.configs import ElectionConfig
-from leasecron.models.decisions import lost_reason
-from leasecron.models.leases import tick_marks, with_tick_marks
 from leasecron.models.names import LABEL_GROUP, leader_lease_name
 from leasecron.models.specs import Bucket, Coordination, ScheduledJob
 from leasecron.runtime._invoke import RunControl
@@ -36,15 +31,6 @@ from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._ticks import TickOrder
 
 _log = get_logger("leasecron.runtime.leader")
-
-
-class Mark(StrEnum):
-    """What `GroupLeader.mark` found."""
-
-    MARKED = "marked"
-    TAKEN = "taken"  # the job's mark is at or past the tick: it ran already
-    NOT_LEADER = "not_leader"
-    UNAVAILABLE = "store_unavailable"
 
 
 def uses_leader(job: ScheduledJob) -> bool:
@@ -110,40 +96,13 @@ class GroupLeader:
             task.add_done_callback(self._stopping.discard)
 
     async def mark(self, job: str, tick: datetime) -> Mark:
-        """Record `tick` as `job`'s high-water mark on the leader Lease, conditional on the
-        Lease still showing this replica's term (marks of jobs no longer Leader-coordinated
-        here are dropped)."""
+        """Record `tick` as `job`'s high-water mark on the leader Lease under the current
+        term (see `coordination.marks`); marks of jobs no longer Leader-coordinated here are
+        dropped."""
         elector = self._elector
-        term = elector.term if elector is not None else None
-        for _ in range(3):
-            if elector is None or term is None or not term.held:
-                return Mark.NOT_LEADER
-            seen = elector.lease.observe()
-            record = seen.observation.record if seen is not None else None
-            if seen is None or record is None:
-                return Mark.NOT_LEADER
-            if lost_reason(record, identity=term.holder, token=term.token) is not None:
-                return Mark.NOT_LEADER
-            marks = tick_marks(seen.obj)
-            if job in marks and marks[job] >= tick:
-                return Mark.TAKEN
-            kept = {name: at for name, at in marks.items() if name in self._jobs}
-            base = Seen(with_tick_marks(seen.obj, {**kept, job: tick}), seen.observation)
-            try:
-                await elector.lease.update(replace(record, problems=()), base=base)
-                return Mark.MARKED
-            except Conflict:
-                pass
-            except (KubeError, TimeoutError):
-                pass  # the reply may be lost: read back below
-            try:
-                await elector.lease.get()
-            except (KubeError, TimeoutError):
-                return Mark.UNAVAILABLE
-            seen = elector.lease.observe()
-            if seen is not None and tick_marks(seen.obj).get(job) == tick:
-                return Mark.MARKED  # our write landed
-        return Mark.UNAVAILABLE
+        if elector is None:
+            return Mark.NOT_LEADER
+        return await mark_tick(elector, job, tick, keep=self._jobs)
 
     async def close(self) -> None:
         """Stop leading (releasing the Lease) and wait for earlier stops."""
