@@ -172,6 +172,8 @@ def parse_lease(obj: object) -> LeaseRecord:
     if not isinstance(obj, Mapping):
         return LeaseRecord(problems=(f"the object is a {type(obj).__name__}, not a Lease",))
     metadata = _mapping(obj.get("metadata"))
+    if "metadata" in obj and not isinstance(obj.get("metadata"), Mapping | None):
+        problems.append(f"metadata {_short(obj.get('metadata'))} is not an object")
     if "spec" in obj and not isinstance(obj.get("spec"), Mapping | None):
         problems.append(f"spec {_short(obj.get('spec'))} is not an object")
     spec = _mapping(obj.get("spec"))

@@ -126,10 +126,6 @@ def test_a_garbage_tick_annotation_is_a_problem_and_no_tick() -> None:
             {"metadata": 3, "spec": {"holderIdentity": "x"}},
             "metadata 3 is not an object",
             "x",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="parse_lease reads a non-object metadata as {} without a problem",
-            ),
             id="metadata-not-an-object",
         ),
     ],
