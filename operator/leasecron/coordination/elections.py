@@ -197,15 +197,7 @@ class Elector(LeaseParty):
             await self._pause()
             return
         decision = decide_election(
-            current=seen.observation if seen is not None else None,
-            leading=False,
-            identity=self.identity,
-            config=self.config,
-            now_mono=self._clock.monotonic(),
-            now_wall=self._clock.now(),
-            name=self.name,
-            namespace=self.namespace,
-            floor=floor,
+            **self._situation(seen), leading=False, config=self.config, floor=floor
         )
         rv = seen.resource_version if seen is not None else None
         if isinstance(decision, StandBy):
@@ -295,18 +287,10 @@ class Elector(LeaseParty):
         await self._renew(step_down_at)
 
     async def _renew(self, step_down_at: float) -> None:
-        self._last_attempt = sent = self._clock.monotonic()
         seen = self.lease.observe()
-        decision = decide_election(
-            current=seen.observation if seen is not None else None,
-            leading=True,
-            identity=self.identity,
-            config=self.config,
-            now_mono=sent,
-            now_wall=self._clock.now(),
-            name=self.name,
-            namespace=self.namespace,
-        )
+        situation = self._situation(seen)
+        self._last_attempt = sent = situation["now_mono"]
+        decision = decide_election(**situation, leading=True, config=self.config)
         if not isinstance(decision, Renew):
             holder = seen.observation.record.holder if seen is not None else ""
             await self._step_down(f"the Lease is held by {holder or 'nobody'} now")

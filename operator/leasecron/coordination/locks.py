@@ -210,14 +210,9 @@ class TickLock(LeaseParty):
         except KubeError as e:
             return self._skip(SKIP_UNAVAILABLE, tick, error=repr(e))
         decision = decide_claim(
-            current=seen.observation if seen is not None else None,
+            **self._situation(seen),
             tick=tick,
-            identity=self.identity,
             config=self.config,
-            now_mono=self._clock.monotonic(),
-            now_wall=self._clock.now(),
-            name=self.name,
-            namespace=self.namespace,
             starting_deadline=starting_deadline,
             known=self._known(),
             floor=floor,

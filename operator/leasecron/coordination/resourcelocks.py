@@ -11,6 +11,7 @@ resourceVersion the decision was based on. It does not retry.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
@@ -18,6 +19,7 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
+from leasecron.models.decisions import Observation
 from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
 
@@ -190,6 +192,17 @@ class PartyOptions(TypedDict, total=False):
     """Reads the job's token floor before the Lease is created (None: no floor)."""
 
 
+class Situation(TypedDict):
+    """What a pure decision needs to know of one party on one Lease, now."""
+
+    current: Observation | None
+    identity: str
+    now_mono: float
+    now_wall: datetime
+    name: str
+    namespace: str
+
+
 class LeaseParty:
     """One replica (`identity`) acting on one Lease through the process's shared view: what
     TickLock and Elector have in common (the Lease, the clock, the token floor)."""
@@ -216,6 +229,17 @@ class LeaseParty:
             role=self.role,
             labels=options.get("labels"),
             owner_reference=options.get("owner_reference"),
+        )
+
+    def _situation(self, seen: Seen | None) -> Situation:
+        """The keyword arguments every `models.decisions` decision of this party shares."""
+        return Situation(
+            current=seen.observation if seen is not None else None,
+            identity=self.identity,
+            now_mono=self._clock.monotonic(),
+            now_wall=self._clock.now(),
+            name=self.name,
+            namespace=self.namespace,
         )
 
     async def _token_floor(self, seen: Seen | None) -> int:
