@@ -9,10 +9,16 @@ within milliseconds) or by a timer exactly at local expiry (observed_at + leaseD
 `stop(release=True)` stops the loop, ends the term (on_stopped_leading is awaited) and then
 writes the release (holder "", duration 1 s) so a standby takes over at once.
 
+A `Term` is valid until its last successful renewal + renewDeadline on the local monotonic
+clock (`term.held`, `term.assert_held()`, from any thread), whether or not the loop got to
+step down. A write whose reply was lost is read back before it counts as not written: an
+acquire that landed starts the term it wrote. A Lease created by the elector starts above the
+job's token floor (`floor=`), so a term's token never goes back.
+
 Callbacks may be sync or async; exceptions in them are logged and never stop the loop.
 on_started_leading runs as its own task, cancelled when the term ends. What it does not
-promise (DESIGN §7): that a leader paused longer than its lease cannot act after losing it;
-the term's token (leaseTransitions) is what makes such stale writes detectable.
+promise (DESIGN §7): that a leader paused between `assert_held()` and a write cannot write
+after losing the term; the term's token (leaseTransitions) makes such stale writes detectable.
 """
 
 from __future__ import annotations
