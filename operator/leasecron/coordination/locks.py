@@ -136,7 +136,7 @@ class TickLock(LeaseParty):
         taken care of at once."""
         record = parse_lease(obj) if obj is not None else None
         for grant in list(self._grants.values()):
-            reason = lost_reason(record, identity=self.identity, token=grant.token)
+            reason = self._lost_reason(record, grant)
             if reason is not None:
                 self._forget(grant.token)
                 grant.mark_lost(reason)
@@ -147,6 +147,15 @@ class TickLock(LeaseParty):
             del self._uncertain[token]  # overwritten by a later claim: it is nobody's now
         if orphaned(record, identity=self.identity, known=self._known()):
             self._resolve_soon(record.transitions)
+
+    def _lost_reason(self, record: LeaseRecord | None, grant: Grant) -> str | None:
+        """Why `record` no longer shows `grant` (None: it still does)."""
+        return lost_reason(record, identity=self.identity, token=grant.token)
+
+    def _replaceable(self) -> set[int]:
+        """Tokens of our live grants a new claim may replace (none: a job never overlaps
+        itself)."""
+        return set()
 
     # --- claim ------------------------------------------------------------------------------
 
@@ -216,6 +225,7 @@ class TickLock(LeaseParty):
             starting_deadline=starting_deadline,
             known=self._known(),
             floor=floor,
+            own=self._replaceable(),
         )
         if isinstance(decision, Skip):
             return self._skip(decision.reason, tick)

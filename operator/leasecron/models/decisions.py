@@ -155,12 +155,15 @@ def decide_claim(
     starting_deadline: timedelta | None = None,
     known: Collection[int] | None = None,
     floor: int = 0,
+    own: Collection[int] = (),
 ) -> Skip | Claim:
     """Once-per-tick claim of `tick`, DESIGN §5 steps 1, 8, 2, 3 in that order.
 
     `known` are the tokens of this identity's grants the caller still runs or holds (see
     `orphaned`); `floor` is the highest token ever on record for the job, so that a Lease
-    created again never hands out a token already used."""
+    created again never hands out a token already used. `own` are tokens of this identity's
+    live grants that a new claim may replace (a shard's holder claims the shard's next instant
+    while runs of the previous one still go; empty for a job's own Lease)."""
     record = current.record if current is not None else None
     # 1. The Lease already records this tick or a later one: taken. This, not atLeastFor,
     #    stops a replica whose wall clock runs late from running a tick again.
@@ -173,7 +176,12 @@ def decide_claim(
     # 2. A live grant (the previous run is still going, or held for atLeastFor): a job never
     #    overlaps itself, whoever holds it. Our own orphan grant runs nothing: claim over it.
     orphan = orphaned(record, identity=identity, known=known)
-    if not orphan and grant_live(current, now_mono=now_mono, fallback_s=config.lease_duration_s):
+    mine = record is not None and record.holder == identity and record.transitions in own
+    if (
+        not orphan
+        and not mine
+        and grant_live(current, now_mono=now_mono, fallback_s=config.lease_duration_s)
+    ):
         return Skip(SKIP_LIVE_GRANT)
     # 3. Claim: holder = me, acquire = renew = now, duration = atMostFor, transitions + 1
     #    (above the job's token floor).

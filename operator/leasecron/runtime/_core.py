@@ -26,6 +26,7 @@ from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, backoff_delays
 from leasecron.models.clocks import Clock
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._jobs import JobTable
 from leasecron.runtime._leader import GroupLeader
@@ -51,6 +52,7 @@ class Settings:
     grace_period: float
     max_threads: int
     tuning: Tuning
+    shards: int = DEFAULT_SHARDS
 
 
 class Runtime:
@@ -115,6 +117,7 @@ class Runtime:
             lease_cache=lease_cache,
             grace_period=settings.grace_period,
             tuning=settings.tuning,
+            shards=settings.shards,
         )
 
     async def _serve(self, services: Services, stop: asyncio.Event, ready: Ready) -> None:

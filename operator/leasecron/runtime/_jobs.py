@@ -19,12 +19,14 @@ from typing import Any, Protocol
 
 from leasecron._logs import get_logger
 from leasecron.kube.watches import WatchEvent
+from leasecron.models.shards import ClaimTraits, claims_through_shard
 from leasecron.models.specs import Bucket, ScheduledJob, SpecError
 from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._leader import GroupLeader, LeaderDispatch, uses_leader
 from leasecron.runtime._once import LockDispatch
 from leasecron.runtime._owner import OwnerWorker
 from leasecron.runtime._services import Services
+from leasecron.runtime._shards import ShardedWorker, ShardTicks
 from leasecron.runtime._ticks import EveryReplicaDispatch, TickWorker
 
 _log = get_logger("leasecron.runtime.jobs")
@@ -46,6 +48,19 @@ def worker_key(job: ScheduledJob) -> tuple[Any, ...]:
     spec = job.spec
     election = spec.election if spec.bucket is Bucket.SINGLE_OWNER else None
     return (job.uid, spec.bucket, job.handler_name, spec.coordination, election)
+
+
+def sharded(job: ScheduledJob, *, shards: int) -> bool:
+    """Whether `job`'s ticks are claimed through its group's shard (`models.shards`)."""
+    spec = job.spec
+    traits = ClaimTraits(
+        bucket=spec.bucket,
+        coordination=spec.coordination,
+        keep_alive=spec.lock.keep_alive,
+        at_least_for=spec.lock.at_least_for,
+        on_store_unavailable=spec.on_store_unavailable,
+    )
+    return claims_through_shard(traits, shards=shards)
 
 
 def created_at(obj: dict[str, Any]) -> datetime:
@@ -80,6 +95,7 @@ class JobTable:
         self.ignored: dict[str, str] = {}
         """Jobs of this group this replica does not run, and why (replaced, never mutated)."""
         self._closed = False
+        self.shard_ticks = ShardTicks(services, shards=services.shards)
 
     @property
     def workers(self) -> dict[str, Worker]:
@@ -132,6 +148,7 @@ class JobTable:
         await asyncio.gather(*self._converging.values(), return_exceptions=True)
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(worker.stop(reason) for worker in workers), return_exceptions=True)
+        await self.shard_ticks.close(reason)
 
     def _wanted(self, obj: dict[str, Any]) -> tuple[ScheduledJob, datetime] | None:
         metadata = obj.get("metadata") or {}
@@ -194,7 +211,7 @@ class JobTable:
                     return
                 continue
             job, created = wanted
-            if current is not None and worker_key(current.job) == worker_key(job):
+            if current is not None and self._key(current.job) == self._key(job):
                 current.update(job)
             else:
                 if current is not None:
@@ -208,8 +225,13 @@ class JobTable:
             if self._desired.get(name) is wanted:
                 return
 
+    def _key(self, job: ScheduledJob) -> tuple[Any, ...]:
+        return (*worker_key(job), sharded(job, shards=self._services.shards))
+
     def _new_worker(self, job: ScheduledJob, created: datetime) -> Worker:
         services = self._services
+        if sharded(job, shards=services.shards):
+            return ShardedWorker(self.shard_ticks, job, created=created)
         if job.spec.bucket is Bucket.SINGLE_OWNER:
             return OwnerWorker(services, job)
         if job.spec.bucket is Bucket.EVERY_REPLICA:

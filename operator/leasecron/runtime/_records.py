@@ -31,6 +31,7 @@ from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.models.specs import JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
+from leasecron.runtime._deferred import DeferredRecords
 from leasecron.runtime._invoke import HandlerEnd, StopReason
 
 _log = get_logger("leasecron.runtime.records")
@@ -92,6 +93,8 @@ class Recorder:
         self._backlog: deque[tuple[JobRun, str | None]] = deque()
         self._writer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self.deferred = DeferredRecords(self)
+        """Records of runs started off the record (under a shard claim)."""
 
     async def start_tick(
         self, job: ScheduledJob, *, tick: datetime, holder: str, token: int | None
@@ -110,18 +113,24 @@ class Recorder:
             fencing_token=token,
             namespace=self.namespace,
         )
-        body = run.to_resource(job_uid=job.uid)
         try:
-            await self._jobruns.create(namespace=self.namespace, body=body)
-        except AlreadyExists as taken:
-            await self._take_missed(run, body, taken)
+            await self.create_running(run, job.uid)
         except (OutcomeUnknown, TimeoutError) as e:
-            if not await self._landed(run):
+            if not await self.landed(run):
                 raise
             _log.info("JobRun create reply lost; it landed", jobrun=run.name, error=repr(e))
         return run
 
-    async def _landed(self, run: JobRun) -> bool:
+    async def create_running(self, run: JobRun, job_uid: str | None) -> None:
+        """Create `run` (Running); a `Missed` record of its tick is taken over; any other
+        record of the tick raises AlreadyExists."""
+        body = run.to_resource(job_uid=job_uid)
+        try:
+            await self._jobruns.create(namespace=self.namespace, body=body)
+        except AlreadyExists as taken:
+            await self._take_missed(run, body, taken)
+
+    async def landed(self, run: JobRun) -> bool:
         """Whether our create of `run`, whose reply was lost, is in the store (a GET)."""
         try:
             existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
@@ -178,6 +187,16 @@ class Recorder:
                 patch={"spec": body["spec"], "status": body["status"]},
             )
         return run
+
+    async def patch_final(self, finished: JobRun) -> None:
+        """Patch a finished run's status (raises KubeError: the caller retries)."""
+        await self._jobruns.patch_status(
+            namespace=self.namespace, name=finished.name, patch=finished.status_patch()
+        )
+
+    def update_backlog(self) -> None:
+        """Set the backlog gauge: records for later plus records off the start path."""
+        RECORD_BACKLOG.set(len(self._backlog) + self.deferred.pending)
 
     async def finish(self, run: JobRun, *, outcome: Outcome, message: str) -> None:
         """Patch the run's final status; logged, not raised, when it cannot be written."""
@@ -242,7 +261,7 @@ class Recorder:
             dropped, _ = self._backlog.popleft()
             _log.error("run record backlog full; dropping the oldest", jobrun=dropped.name)
         self._backlog.append((run, job_uid))
-        RECORD_BACKLOG.set(len(self._backlog))
+        self.update_backlog()
         self._wake.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(
@@ -251,19 +270,23 @@ class Recorder:
 
     @property
     def backlog(self) -> int:
-        """Records waiting to be written."""
-        return len(self._backlog)
+        """Records waiting to be written (for later and off the start path)."""
+        return len(self._backlog) + self.deferred.pending
 
     async def flush(self, *, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to `timeout` seconds for the backlog to be written; True when it is."""
         writer = self._writer
+        started = self._clock.monotonic()
         if writer is not None and not writer.done():
             self._wake.set()  # try again now rather than after the current back-off
             await asyncio.wait([writer], timeout=timeout)
-        return not self._backlog
+        left = max(0.0, timeout - (self._clock.monotonic() - started))
+        deferred = await self.deferred.flush(timeout=left)
+        return not self._backlog and deferred
 
     async def close(self) -> None:
         """Stop writing the backlog (what is left is logged)."""
+        await self.deferred.close()
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.cancel()
@@ -280,7 +303,7 @@ class Recorder:
         while self._backlog:
             run, job_uid = self._backlog[0]
             try:
-                await self._write_final(run, job_uid)
+                await self.write_final(run, job_uid)
             except (KubeError, TimeoutError) as e:
                 _log.info("run record not written yet", jobrun=run.name, error=repr(e))
                 self._wake.clear()
@@ -290,9 +313,9 @@ class Recorder:
                 continue
             delay = 0.25
             self._backlog.popleft()
-            RECORD_BACKLOG.set(len(self._backlog))
+            self.update_backlog()
 
-    async def _write_final(self, run: JobRun, job_uid: str | None) -> None:
+    async def write_final(self, run: JobRun, job_uid: str | None) -> None:
         body = run.to_resource(job_uid=job_uid)
         try:
             await self._jobruns.create(namespace=self.namespace, body=body)
@@ -300,7 +323,7 @@ class Recorder:
         except AlreadyExists:
             pass
         except (OutcomeUnknown, TimeoutError):
-            if await self._landed(run):
+            if await self.landed(run):
                 return
             raise
         existing = await self._jobruns.get(namespace=self.namespace, name=run.name)

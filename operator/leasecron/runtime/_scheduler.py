@@ -27,6 +27,7 @@ import structlog
 from leasecron import _logs
 from leasecron.kube.clients import Kube
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
+from leasecron.models.shards import DEFAULT_SHARDS, check_shards
 from leasecron.runtime._core import Runtime, Settings
 from leasecron.runtime._environment import check_group, default_namespace, resolve_identity
 from leasecron.runtime._oneshot import RunResult, run_once
@@ -47,6 +48,10 @@ class Scheduler:
     kubeconfig), closed when the scheduler stops. `identity` (the Lease holder) defaults to
     the pod or host name plus a random suffix. `grace_period` bounds how long running
     handlers get to finish at stop; keep it below the pod's terminationGracePeriodSeconds.
+    `shards` is the number of shard Leases through which the group's short once-per-tick jobs
+    are claimed (one conditional write per shard and instant instead of one per job;
+    docs/claims.md); every replica of a group should use the same count; 0 claims every job
+    on its own Lease.
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class Scheduler:
         grace_period: float = 25.0,
         max_threads: int = 64,
         tuning: Tuning | None = None,
+        shards: int = DEFAULT_SHARDS,
     ) -> None:
         if grace_period < 0:
             raise ValueError(f"grace_period ({grace_period}) must not be negative")
@@ -73,6 +79,7 @@ class Scheduler:
             grace_period=grace_period,
             max_threads=max_threads,
             tuning=tuning or Tuning(),
+            shards=check_shards(shards),
         )
         self._kube = kube
         self._registry = HandlerRegistry()

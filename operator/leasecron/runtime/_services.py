@@ -29,6 +29,7 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, KubeError
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
@@ -55,6 +56,9 @@ class Tuning:
     claim_retry: float = 0.25
     """First pause between claim attempts while the store cannot be reached (doubling)."""
     unguarded_record_timeout: float = 2.0
+    shard_lease_s: int = 10
+    """leaseDurationSeconds of a shard grant: renewed every third of it while runs under the
+    shard go; a replica that dies or stops loses its shards after this long."""
     """Seconds an unguarded run waits for its JobRun create before running without it."""
 
 
@@ -68,6 +72,10 @@ class RecordMode(Enum):
     UNGUARDED = "unguarded"
     """RunLocally: AlreadyExists stops the run; a create that cannot reach the store does
     not, and the record is written later."""
+    DEFERRED = "deferred"
+    """Under a shard claim, which already guarantees the tick: the handler starts at once and
+    its JobRun is written off the start path (`Recorder.deferred`); GUARDED when that queue
+    is full."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +95,8 @@ class Services:
     """The watch-fed cache of the namespace's Leases (an Informer) for locks and electors."""
     grace_period: float
     tuning: Tuning
+    shards: int = DEFAULT_SHARDS
+    """Shards per group for shard claims (docs/claims.md); 0: every job claims on its own."""
 
     def context(
         self,
@@ -176,7 +186,14 @@ class Services:
         be made for a guarded run)."""
         token = fence.token if fence is not None else None
         run: JobRun | None = None
-        if record is not RecordMode.NONE:
+        deferred = None
+        if record is RecordMode.DEFERRED:
+            deferred = self.recorder.deferred.start(
+                job, tick=tick, holder=self.identity, token=token, now=self.clock.now()
+            )
+            if deferred is None:
+                record = RecordMode.GUARDED
+        if record in (RecordMode.GUARDED, RecordMode.UNGUARDED):
             try:
                 run = await self._start_record(job, tick, token=token, record=record)
             except AlreadyExists:
@@ -201,11 +218,19 @@ class Services:
             )
         end = await self.run_handler(job, ctx, control, observe_lag=observe_lag)
         if end is None:
+            if deferred is not None:
+                self.recorder.deferred.finish(
+                    deferred, outcome=Outcome.FAILED, message="no handler", now=self.clock.now()
+                )
             if run is not None:
                 await self.recorder.finish(run, outcome=Outcome.FAILED, message="no handler")
             return None
         outcome, message = self.report(job, ctx, end, control)
-        if run is not None:
+        if deferred is not None:
+            self.recorder.deferred.finish(
+                deferred, outcome=outcome, message=message, now=self.clock.now()
+            )
+        elif run is not None:
             await self.recorder.finish(run, outcome=outcome, message=message)
         elif unguarded:
             started = self.clock.now() - timedelta(seconds=end.duration)

@@ -1,0 +1,187 @@
+"""`ShardLock`: the claim of one instant of one shard of a group's jobs (docs/claims.md).
+
+A shard Lease is a `TickLock` Lease whose recorded tick is the last instant claimed for the
+shard: one conditional write claims instant T for every job of the shard due at T, and its
+token (leaseTransitions) is the fencing token of all of those runs. Everything the per-job
+lock promises holds for it: one write per claim, lost replies read back, orphans adopted or
+freed, token floors when the Lease is created again, a recorded tick that only grows.
+
+What differs is how long a grant lives. The holder keeps the shard while any run of any of
+its instants goes (`use()`): one keep-alive renews the newest grant every leaseDuration / 3
+and extends every grant in use; when the last use ends, the newest grant is released. The
+holder claims the shard's next instant over its own live grant (a new token; the runs of
+the earlier instant keep theirs and stay valid while this replica holds the shard). Any other
+replica skips a live grant, so all runs of a shard stay on one replica while any of them goes,
+and a replica that dies or stops loses its shards after one short leaseDuration, not after
+the jobs' atMostFor.
+
+It does not run handlers, create JobRuns or bound a single run by its job's atMostFor: the
+runtime does (`runtime._shards`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Unpack
+
+from leasecron.coordination._views import LeaseCache, LeaseView
+from leasecron.coordination.grants import Grant
+from leasecron.coordination.locks import Skipped, TickLock
+from leasecron.coordination.resourcelocks import LeaseStoreLike, PartyOptions
+from leasecron.kube.clients import Kube
+from leasecron.models.configs import LockConfig
+from leasecron.models.leases import LeaseRecord
+from leasecron.models.names import LABEL_GROUP
+from leasecron.models.shards import LABEL_SHARD
+
+DEFAULT_SHARD_LEASE_S = 10
+"""leaseDurationSeconds of a shard grant: how long a dead holder blocks its shards."""
+
+
+def shard_config(lease_duration_s: int = DEFAULT_SHARD_LEASE_S) -> LockConfig:
+    """The LockConfig of a shard Lease: renewed while runs go, nothing held after them."""
+    return LockConfig(at_most_for=lease_duration_s, at_least_for=0, keep_alive=True)
+
+
+class ShardLock(TickLock):
+    """Claims of the instants of one shard, by one replica, and the holding of the shard
+    while runs under those claims go."""
+
+    def __init__(
+        self,
+        kube: Kube | LeaseStoreLike,
+        cache: LeaseCache | LeaseView | None,
+        *,
+        config: LockConfig | None = None,
+        request_timeout: float | None = None,
+        **party: Unpack[PartyOptions],
+    ) -> None:
+        super().__init__(
+            kube,
+            cache,
+            config=config or shard_config(),
+            request_timeout=request_timeout,
+            **party,
+        )
+        self._uses: dict[int, int] = {}
+        """Token -> runs (or instants being planned) under that grant."""
+        self._mutex = asyncio.Lock()
+        self._idle = asyncio.Event()
+        self._keeper: asyncio.Task[None] | None = None
+        self._highest_used = 0
+
+    # --- TickLock hooks -----------------------------------------------------------------------
+
+    def _lost_reason(self, record: LeaseRecord | None, grant: Grant) -> str | None:
+        """A grant stays ours while the Lease shows this identity at its token or a later
+        one (our own claim of a later instant); lost once it shows anyone else."""
+        if record is None:
+            return "the Lease was deleted"
+        if record.holder != self.identity:
+            return f"the Lease is held by {record.holder or 'nobody'} now"
+        if record.transitions < grant.token:
+            return f"the Lease shows token {record.transitions}, below {grant.token}"
+        return None
+
+    def _replaceable(self) -> set[int]:
+        return {token for token, grant in self._grants.items() if grant.held}
+
+    async def try_claim(
+        self,
+        tick: datetime,
+        *,
+        stagger: float = 0.0,
+        starting_deadline: float | timedelta | None = None,
+    ) -> Grant | Skipped:
+        """Claim instant `tick` of the shard (see TickLock.try_claim); never while a release
+        of this shard by this replica is in flight."""
+        if stagger > 0 and await self.lease.view.wait_for(
+            self.namespace, self.name, lambda: self._taken(tick), timeout=stagger
+        ):
+            return self._skip("taken", tick, waited=stagger)
+        async with self._mutex:
+            return await super().try_claim(tick, starting_deadline=starting_deadline)
+
+    # --- holding ------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def use(self, grant: Grant) -> AsyncIterator[Grant]:
+        """`async with lock.use(grant):` around work under `grant`; the shard is renewed
+        while any use goes and released when the last one ends. Enter it right after the
+        claim (a grant nobody used yet is never released by the keeper)."""
+        self._uses[grant.token] = self._uses.get(grant.token, 0) + 1
+        self._highest_used = max(self._highest_used, grant.token)
+        self._idle.clear()
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(
+                self._holding_loop(), name=f"hold {self.name}"
+            )
+        try:
+            yield grant
+        finally:
+            left = self._uses.get(grant.token, 1) - 1
+            if left > 0:
+                self._uses[grant.token] = left
+            else:
+                self._uses.pop(grant.token, None)
+            if not self._uses:
+                self._idle.set()
+
+    def _in_use(self) -> list[Grant]:
+        return [self._grants[t] for t in sorted(self._uses) if t in self._grants]
+
+    async def _holding_loop(self) -> None:
+        """Renew the newest grant every leaseDuration / 3 while any use goes, extending every
+        grant in use; release the newest once nothing uses the shard."""
+        interval = self.config.renew_interval_s
+        while True:
+            await self._hold(interval)
+            await self._release_all()
+            if not self._uses:
+                return
+
+    async def _hold(self, interval: float) -> None:
+        while self._uses:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout=interval)
+            grants = self._in_use()
+            if not self._uses or not grants:
+                break
+            record = self._record()
+            current = self._grants.get(record.transitions) if record is not None else None
+            newest = current or max(grants, key=lambda g: g.token)
+            renewed = await self.renew(newest)
+            for grant in grants:
+                if renewed:
+                    grant.extend(newest.expires_at)
+                elif newest.lost.is_set():
+                    grant.mark_lost(newest.lost_reason)
+
+    async def _release_all(self) -> None:
+        """Nothing runs under any grant of ours: free the Lease (the newest grant's release
+        writes; older ones were replaced by it and write nothing)."""
+        async with self._mutex:
+            if self._uses:
+                return  # a new use started meanwhile; its keeper releases later
+            for token in sorted(self._grants, reverse=True):
+                if token > self._highest_used:
+                    continue  # claimed just now; its user has not entered `use` yet
+                grant = self._grants.get(token)
+                if grant is not None and not grant.released:
+                    await self.release(grant)
+
+    async def close(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        await super().close()
+
+
+def shard_labels(group: str, index: int) -> dict[str, str]:
+    """Labels of a shard Lease (besides leasecron's own)."""
+    return {LABEL_GROUP: group, LABEL_SHARD: str(index)}

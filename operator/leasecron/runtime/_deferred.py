@@ -1,0 +1,178 @@
+"""Run records written off the start path: the JobRuns of runs whose tick a shard claim
+already guarantees (docs/claims.md).
+
+A handler under such a claim starts at once; its JobRun is queued and written by a few
+writer tasks in the order the runs started: one create (with the final outcome when the run
+ended before the create went out, else `Running` and then one status patch). A `Missed`
+record of the tick (the operator's, when the record came late) is taken over, as the
+Recorder does for records written later. A failed write is retried with back-off until it
+lands; nothing is dropped. The queue is bounded (`DEFERRED_LIMIT`): when it is full, `start`
+says so and the caller records the run on the start path instead. Pending records count in
+the `leasecron_record_backlog` gauge.
+
+The queue lives in memory: a replica that dies with records pending loses them, and the
+operator records those ticks as Missed (DESIGN §6). It does not decide whether a run may
+start: the claim did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from leasecron._logs import get_logger
+from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
+from leasecron.models.specs import JobRun, Outcome, ScheduledJob
+
+if TYPE_CHECKING:
+    from leasecron.runtime._records import Recorder
+
+_log = get_logger("leasecron.runtime.records")
+DEFERRED_LIMIT = 10_000
+WRITERS = 8
+"""Records written concurrently (the API server takes a few hundred writes per second)."""
+_RETRY_FIRST, _RETRY_CAP = 0.25, 2.0
+
+
+@dataclass(eq=False)
+class DeferredRun:
+    """One run's record on its way to the store."""
+
+    run: JobRun
+    job_uid: str | None
+    final: JobRun | None = None
+    created: bool = False
+    done: bool = False
+    queued: bool = field(default=True)
+
+    @property
+    def name(self) -> str:
+        return self.run.name
+
+
+class DeferredRecords:
+    """The queue and writers of the records of one Recorder's runs started off the record."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+        self._todo: deque[DeferredRun] = deque()
+        self._pending: set[DeferredRun] = set()
+        self._writers: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    @property
+    def pending(self) -> int:
+        """Records not written in full yet."""
+        return len(self._pending)
+
+    def start(
+        self, job: ScheduledJob, *, tick: datetime, holder: str, token: int | None, now: datetime
+    ) -> DeferredRun | None:
+        """Queue the Running record of `tick`; None when the queue is full (record it on the
+        start path instead)."""
+        if len(self._pending) >= DEFERRED_LIMIT:
+            _log.warning("deferred record queue full; recording on the start path", job=job.name)
+            return None
+        run = JobRun.for_tick(
+            job=job.name,
+            tick=tick,
+            holder=holder,
+            start=now,
+            fencing_token=token,
+            namespace=self._recorder.namespace,
+        )
+        entry = DeferredRun(run=run, job_uid=job.uid)
+        self._pending.add(entry)
+        self._queue(entry)
+        return entry
+
+    def finish(self, entry: DeferredRun, *, outcome: Outcome, message: str, now: datetime) -> None:
+        """The run ended: its final status goes out with the create, or as a patch after it."""
+        entry.final = entry.run.finish(outcome=outcome, end=now, message=message)
+        if entry.created and not entry.queued:
+            self._queue(entry)
+
+    def _queue(self, entry: DeferredRun) -> None:
+        entry.queued = True
+        self._todo.append(entry)
+        self._drained.clear()
+        self._recorder.update_backlog()
+        self._wake.set()
+        loop = asyncio.get_running_loop()
+        while len(self._writers) < WRITERS and len(self._writers) < len(self._todo):
+            task = loop.create_task(self._write_loop(), name="leasecron deferred records")
+            self._writers.add(task)
+            task.add_done_callback(self._writers.discard)
+
+    async def flush(self, *, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to `timeout` seconds until every record is written; True when it is."""
+        if self._pending:
+            self._wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), timeout)
+        return not self._todo
+
+    async def close(self) -> None:
+        writers = list(self._writers)
+        for task in writers:
+            task.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        if self._todo:
+            _log.error("run records not written at shutdown", jobruns=[e.name for e in self._todo])
+
+    async def _write_loop(self) -> None:
+        delay = _RETRY_FIRST
+        while self._todo:
+            entry = self._todo.popleft()
+            entry.queued = False
+            try:
+                await self._write(entry)
+            except (KubeError, TimeoutError) as e:
+                _log.info("run record not written yet", jobrun=entry.name, error=repr(e))
+                self._todo.appendleft(entry)
+                entry.queued = True
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                delay = min(_RETRY_CAP, delay * 2)
+                continue
+            delay = _RETRY_FIRST
+            if entry.done:
+                self._pending.discard(entry)
+            elif entry.final is not None and not entry.queued:
+                self._queue(entry)  # the run ended while its create was on the way
+            self._recorder.update_backlog()
+        if not self._todo and all(t.done() or t is asyncio.current_task() for t in self._writers):
+            self._drained.set()
+
+    async def _write(self, entry: DeferredRun) -> None:
+        recorder = self._recorder
+        if entry.created:
+            assert entry.final is not None
+            await recorder.patch_final(entry.final)
+            entry.done = True
+            return
+        if entry.final is not None:
+            await recorder.write_final(entry.final, entry.job_uid)
+            entry.created = entry.done = True
+            return
+        try:
+            await recorder.create_running(entry.run, entry.job_uid)
+        except AlreadyExists:
+            _log.error(
+                "another record of this tick exists; this run is not recorded",
+                jobrun=entry.name,
+                holder=entry.run.spec.holder,
+            )
+            entry.created = entry.done = True
+            return
+        except OutcomeUnknown:
+            if not await recorder.landed(entry.run):
+                raise
+        entry.created = True

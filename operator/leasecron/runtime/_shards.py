@@ -1,0 +1,403 @@
+"""`ShardTicks`: the once-per-tick jobs of this replica's group that are claimed through
+shards (docs/claims.md), with one timer for all of them and one claim per shard and instant.
+
+One loop sleeps until the soonest tick of any sharded job (one timer per instant, not one
+coroutine per job), takes every job due then, groups them by shard and, per shard, claims the
+instant on the shard's Lease after its rendezvous stagger (`ShardLock`). The replica that
+wins runs every job of the shard due at that instant, each through the one run-a-tick path
+(`Services.run_tick`) with the shard grant's token and its record written off the start path
+(`RecordMode.DEFERRED`), after catch-up per job planned from the shard's high-water mark
+(the instant the claim replaced). Each run is bounded by its job's atMostFor and stops when
+the shard is lost; a job never overlaps itself here (a tick that comes while the job's
+previous run still goes waits for it until its startingDeadline, else it is recorded Missed).
+
+While the store cannot be reached a claim is retried until the instant's startingDeadline
+(sharded jobs are `onStoreUnavailable: Skip` ones; see `models.shards`). It does not decide
+which jobs are sharded, and it does not run every-replica or per-job claims (`_ticks`, `_once`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from leasecron._logs import get_logger
+from leasecron.coordination import Grant, Skipped
+from leasecron.coordination.grants import Fence
+from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
+from leasecron.kube.jobruns import JobRunStore
+from leasecron.models.clocks import Clock
+from leasecron.models.decisions import rendezvous_rank
+from leasecron.models.shards import group_by_shard, jobs_due, shard_key, shard_lease_name, shard_of
+from leasecron.models.specs import ScheduledJob
+from leasecron.runtime._invoke import RunControl, StopReason
+from leasecron.runtime._once import _record_missed
+from leasecron.runtime._planning import (
+    NextTick,
+    TickPlan,
+    jitter_delay,
+    next_tick,
+    plan_claimed,
+)
+from leasecron.runtime._services import RecordMode, Services
+
+_log = get_logger("leasecron.runtime.shards")
+_MAX_SLEEP = 30.0
+
+
+@dataclass(eq=False)
+class _Entry:
+    job: ScheduledJob
+    after: datetime
+    not_before: datetime
+    next: NextTick | None = None
+    running: tuple[asyncio.Task[None], RunControl] | None = None
+    stopped: bool = field(default=False)
+
+
+class RunFence(Fence):
+    """The fence of one run under a shard grant: the grant's token, held while the grant is
+    and for at most the job's atMostFor from the run's start."""
+
+    def __init__(self, grant: Grant, *, at_most_for: timedelta, clock: Clock) -> None:
+        now_mono = clock.monotonic()
+        super().__init__(
+            namespace=grant.namespace,
+            name=grant.name,
+            token=grant.token,
+            holder=grant.holder,
+            expires_at=now_mono + at_most_for.total_seconds(),
+            clock=clock,
+        )
+        self.grant = grant
+        self._unlink = grant.lost.on_set(lambda: self.mark_lost(grant.lost_reason or "lost"))
+
+    @property
+    def held(self) -> bool:
+        if not self.grant.held:
+            self.mark_lost(self.grant.lost_reason or "the shard grant is gone")
+        return super().held
+
+    def _expired_reason(self) -> str:
+        return "the run reached its atMostFor"
+
+    def close(self) -> None:
+        self._unlink()
+
+    async def watch(self) -> None:
+        """Return once the fence is lost: taken, or past its own or the grant's deadline."""
+        clock = self._clock
+        while self.held:
+            remaining = min(self.expires_at, self.grant.expires_at) - clock.monotonic()
+            await self.lost.wait_async(max(0.01, remaining))
+
+
+class ShardFloors:
+    """Token floors of the shard Leases (read only when a shard Lease is to be created): the
+    highest fencing token on record for any job of the shard, from one list of the
+    namespace's JobRuns shared by all shards for a few seconds."""
+
+    def __init__(self, services: Services, *, shards: int, ttl: float = 5.0) -> None:
+        self._services, self._shards, self._ttl = services, shards, ttl
+        self._read: tuple[float, dict[int, int]] | None = None
+        self._guard = asyncio.Lock()
+
+    async def floor(self, shard: int) -> int:
+        async with self._guard:
+            now = self._services.clock.monotonic()
+            if self._read is None or now - self._read[0] > self._ttl:
+                runs = await JobRunStore(self._services.kube).list(
+                    namespace=self._services.namespace
+                )
+                floors: dict[int, int] = {}
+                for run in runs:
+                    spec = run.get("spec") or {}
+                    token, job = spec.get("fencingToken"), spec.get("job")
+                    if isinstance(token, int) and isinstance(job, str):
+                        index = shard_of(job, shards=self._shards)
+                        floors[index] = max(floors.get(index, 0), token)
+                self._read = (now, floors)
+            return self._read[1].get(shard, 0)
+
+
+class ShardTicks:
+    """The sharded once-per-tick jobs of one running Scheduler."""
+
+    def __init__(self, services: Services, *, shards: int) -> None:
+        self._services = services
+        self.shards = shards
+        self._entries: dict[str, _Entry] = {}
+        self._locks: dict[int, ShardLock] = {}
+        self._changed = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._instants: set[asyncio.Task[None]] = set()
+        self._floors = ShardFloors(services, shards=shards)
+
+    # --- the jobs ---------------------------------------------------------------------------
+
+    def add(self, job: ScheduledJob, *, created: datetime) -> None:
+        self._entries[job.name] = _Entry(job=job, after=created, not_before=created)
+        self._wake()
+
+    def update(self, job: ScheduledJob) -> None:
+        entry = self._entries.get(job.name)
+        if entry is None:
+            return
+        if entry.job.spec.suspend and not job.spec.suspend:
+            entry.not_before = max(entry.not_before, self._services.clock.now())
+        entry.job, entry.next = job, None
+        self._wake()
+
+    async def remove(self, name: str, reason: StopReason) -> None:
+        entry = self._entries.pop(name, None)
+        if entry is not None:
+            entry.stopped = True
+            await self._stop_running(entry, reason)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self._loop(), name="leasecron shard ticks"
+            )
+
+    async def close(self, reason: StopReason) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        entries, self._entries = list(self._entries.values()), {}
+        await asyncio.gather(*(self._stop_running(e, reason) for e in entries))
+        for instant in list(self._instants):
+            instant.cancel()
+        await asyncio.gather(*self._instants, return_exceptions=True)
+        for lock in self._locks.values():
+            await lock.close()
+
+    async def _stop_running(self, entry: _Entry, reason: StopReason) -> None:
+        if entry.running is None or entry.running[0].done():
+            return
+        running, control = entry.running
+        grace = self._services.grace_period
+        if reason is StopReason.STOPPING:
+            await asyncio.wait([running], timeout=grace * 0.8)
+            grace *= 0.2
+        control.request_stop(reason, grace=grace)
+        await asyncio.wait([running], timeout=grace + 5.0)
+        if not running.done():
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+
+    # --- the timer ----------------------------------------------------------------------------
+
+    def _plan(self, entry: _Entry) -> NextTick | None:
+        spec = entry.job.spec
+        schedule = spec.parsed_schedule
+        if schedule is None:
+            return None
+        return next_tick(
+            schedule,
+            now=self._services.clock.now(),
+            after=entry.after,
+            starting_deadline=spec.starting_deadline,
+            catch_up=spec.catch_up.policy,
+        )
+
+    async def _loop(self) -> None:
+        clock = self._services.clock
+        while True:
+            self._changed.clear()
+            for entry in self._entries.values():
+                if entry.next is None:
+                    entry.next = self._plan(entry)
+            planned = [e for e in self._entries.values() if e.next is not None]
+            if not planned:
+                await self._changed.wait()
+                continue
+            soonest = min(e.next.tick for e in planned if e.next is not None)
+            remaining = (soonest - clock.now()).total_seconds()
+            if remaining > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), min(remaining, _MAX_SLEEP))
+                continue
+            self._fire([e for e in planned if e.next is not None and e.next.tick <= clock.now()])
+
+    def _fire(self, due: list[_Entry]) -> None:
+        """Hand every due job's tick to its shard's instant claim."""
+        ticks: dict[str, NextTick] = {}
+        for entry in due:
+            assert entry.next is not None
+            ticks[entry.job.name] = entry.next
+            entry.after, entry.next = entry.next.tick, None
+            if entry.job.spec.suspend:
+                self._services.skip(entry.job, "suspended", tick=entry.after)
+                ticks.pop(entry.job.name)
+        pairs = [(name, planned.tick) for name, planned in ticks.items()]
+        for (shard, instant), names in group_by_shard(pairs, shards=self.shards).items():
+            catch_up = any(ticks[n].catch_up for n in names)
+            task = asyncio.get_running_loop().create_task(
+                self._instant(shard, instant, catch_up=catch_up),
+                name=f"leasecron shard {shard} {instant.isoformat()}",
+            )
+            self._instants.add(task)
+            task.add_done_callback(self._instants.discard)
+
+    # --- one instant of one shard -------------------------------------------------------------
+
+    def _lock(self, shard: int) -> ShardLock:
+        lock = self._locks.get(shard)
+        if lock is None:
+            services = self._services
+            lock = ShardLock(
+                services.kube,
+                services.lease_cache,
+                namespace=services.namespace,
+                name=shard_lease_name(services.group, shard, shards=self.shards),
+                identity=services.identity,
+                clock=services.clock,
+                labels=shard_labels(services.group, shard),
+                config=shard_config(services.tuning.shard_lease_s),
+                floor=functools.partial(self._floors.floor, shard),
+            )
+            self._locks[shard] = lock
+        return lock
+
+    def _due(self, shard: int, instant: datetime) -> list[_Entry]:
+        """Every job of `shard` with a tick at `instant` that this replica knows."""
+        schedules = {
+            name: e.job.spec.parsed_schedule
+            for name, e in self._entries.items()
+            if e.job.spec.parsed_schedule is not None and not e.job.spec.suspend
+        }
+        names = jobs_due(
+            {n: s for n, s in schedules.items() if s is not None},
+            instant,
+            shard=shard,
+            shards=self.shards,
+        )
+        return [self._entries[n] for n in names]
+
+    def _deadline(self, entries: list[_Entry]) -> timedelta:
+        return min((e.job.spec.starting_deadline for e in entries), default=timedelta(seconds=60))
+
+    async def _instant(self, shard: int, instant: datetime, *, catch_up: bool) -> None:
+        services = self._services
+        lock = self._lock(shard)
+        key = shard_key(services.group, shard, instant)
+        rank = rendezvous_rank(key, services.identity, services.membership.members())
+        deadline = self._deadline(self._due(shard, instant))
+        claim_deadline = None if catch_up else deadline
+        result = await lock.try_claim(
+            instant, stagger=rank * services.tuning.claim_step, starting_deadline=claim_deadline
+        )
+        pause = services.tuning.claim_retry
+        while isinstance(result, Skipped) and result.unreachable:
+            left = (instant + deadline - services.clock.now()).total_seconds()
+            if not catch_up and left <= pause:
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            result = await lock.try_claim(instant, starting_deadline=claim_deadline)
+        if not isinstance(result, Grant):
+            return
+        async with lock.use(result) as grant:
+            due = self._due(shard, instant)
+            _log.debug(
+                "shard instant claimed",
+                shard=shard,
+                tick=instant.isoformat(),
+                token=grant.token,
+                jobs=len(due),
+            )
+            await asyncio.gather(
+                *(self._run_job(entry, grant, instant, catch_up=catch_up) for entry in due)
+            )
+
+    async def _run_job(
+        self, entry: _Entry, grant: Grant, instant: datetime, *, catch_up: bool
+    ) -> None:
+        services, job = self._services, entry.job
+        schedule = job.spec.parsed_schedule
+        assert schedule is not None
+        plan = plan_claimed(
+            schedule,
+            claimed=instant,
+            previous=grant.replaced_tick,
+            previous_ran=not grant.replaced_unrun,
+            not_before=entry.not_before,
+            catch_up=job.spec.catch_up.policy,
+            max_ticks=job.spec.catch_up.max_ticks,
+        )
+        late = services.clock.now() > instant + job.spec.starting_deadline
+        if not await self._previous_done(entry, instant) or (late and not catch_up):
+            services.skip(job, "overlap" if not late else "deadline", tick=instant)
+            plan = TickPlan(claimed=instant, run=(), missed=(*plan.missed, instant))
+        if entry.stopped:
+            return
+        control = RunControl()
+        task = asyncio.get_running_loop().create_task(
+            self._run_plan(job, plan, grant, control), name=f"leasecron shard run {job.name}"
+        )
+        entry.running = (task, control)
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _previous_done(self, entry: _Entry, instant: datetime) -> bool:
+        if entry.running is None or entry.running[0].done():
+            return True
+        left = instant + entry.job.spec.starting_deadline - self._services.clock.now()
+        await asyncio.wait([entry.running[0]], timeout=max(0.0, left.total_seconds()))
+        return entry.running[0].done()
+
+    async def _run_plan(
+        self, job: ScheduledJob, plan: TickPlan, grant: Grant, control: RunControl
+    ) -> None:
+        services = self._services
+        fence = RunFence(grant, at_most_for=job.spec.lock.at_most_for, clock=services.clock)
+        unlink = services.stop_when_lost(fence.lost, control)
+        watchdog = asyncio.get_running_loop().create_task(fence.watch())
+        try:
+            if plan.missed:
+                await _record_missed(services, job, plan, grant.token)
+            for tick in plan.run:
+                if control.stopping or not fence.held:
+                    return
+                claimed = tick == plan.claimed
+                delay = jitter_delay(job.name, tick, job.spec.jitter) if claimed else 0.0
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await services.run_tick(
+                    job,
+                    tick,
+                    control,
+                    fence=fence,
+                    record=RecordMode.DEFERRED if claimed else RecordMode.GUARDED,
+                    observe_lag=claimed,
+                )
+        finally:
+            watchdog.cancel()
+            unlink()
+            fence.close()
+
+
+class ShardedWorker:
+    """The JobTable's worker for a sharded job: its ticks go through the shared ShardTicks."""
+
+    def __init__(self, ticks: ShardTicks, job: ScheduledJob, *, created: datetime) -> None:
+        self._ticks, self._job, self._created = ticks, job, created
+
+    @property
+    def job(self) -> ScheduledJob:
+        return self._job
+
+    def start(self) -> None:
+        self._ticks.add(self._job, created=self._created)
+
+    def update(self, job: ScheduledJob) -> None:
+        self._job = job
+        self._ticks.update(job)
+
+    async def stop(self, reason: StopReason) -> None:
+        await self._ticks.remove(self._job.name, reason)
