@@ -2,9 +2,9 @@
 
 A driver is a module with `async def elect(args, io)` and/or `async def ticks(args, io)`
 (args: the replica's argparse namespace, io: a `ReplicaIO`), listed in `DRIVERS` under the
-name `--through` selects. `coordination` drives TickLock and Elector directly; a driver that
-goes through the in-pod runtime is added here by name. The message protocol is described in
-`_replica`.
+name `--through` selects. `coordination` drives TickLock and Elector directly; `runtime` runs
+the in-pod Scheduler on real ScheduledJobs (per-job or shard claims, JobRun records). The
+message protocol is described in `_replica`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-DRIVERS: dict[str, str] = {"coordination": "leasecron.bench._through_coordination"}
+DRIVERS: dict[str, str] = {
+    "coordination": "leasecron.bench._through_coordination",
+    "runtime": "leasecron.bench._through_runtime",
+}
 MODES = ("elect", "ticks")
 
 

@@ -11,13 +11,15 @@ The protocol with the parent (`_processes.ReplicaGroup`), one JSON object per li
   Every "t" is this process's wall time (time.time()).
 - parent -> replica (stdin): ticks: {"epoch": <wall time of tick 0>}. Closing stdin asks the
   replica to finish and exit.
-Logs go to stderr. Uses $KUBECONFIG.
+Logs go to stderr. Uses $KUBECONFIG. With $LEASECRON_BENCH_PROFILE set to a directory, the
+replica runs under cProfile and writes `<identity>.prof` there.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from leasecron._logs import configure
 from leasecron.bench._drivers import MODES, ReplicaIO, load_driver
@@ -37,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run-ms", type=float, default=200.0, help="ticks: handler run time")
     p.add_argument("--starting-deadline", type=float, default=60.0, help="ticks: seconds")
     p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
+    p.add_argument("--shards", type=int, default=16, help="ticks through runtime: shards")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -51,7 +54,15 @@ async def _main(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     configure(level=args.log_level)
-    asyncio.run(_main(args))
+    profile_dir = os.environ.get("LEASECRON_BENCH_PROFILE")
+    if not profile_dir:
+        asyncio.run(_main(args))
+        return
+    import cProfile
+
+    with cProfile.Profile() as profile:
+        asyncio.run(_main(args))
+    profile.dump_stats(os.path.join(profile_dir, f"{args.identity}.prof"))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """One benchmark run's surroundings: cluster, namespace, replica group, log directory, and
 how the result is printed (a human table, then with --json the JSON object as the last line).
 
-Replica logs are removed after a successful run and kept (their path printed) after a failure.
+Replica logs are removed after a successful run (unless $LEASECRON_BENCH_KEEP_LOGS is set)
+and kept (their path printed) after a failure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -58,7 +60,7 @@ def bench_run(*, prefix: str, through: str, kubeconfig: str | None = None) -> It
             )
         succeeded = True
     finally:
-        if succeeded:
+        if succeeded and not os.environ.get("LEASECRON_BENCH_KEEP_LOGS"):
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             progress(f"replica logs kept in {workdir}")

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from leasecron.bench import _runtime_ticks
 from leasecron.bench._drivers import bench_job
 from leasecron.bench._processes import BenchError, Message
 from leasecron.bench._runs import BenchRun, bench_run, print_result
@@ -66,21 +67,32 @@ async def _create_leases(kubeconfig: str, namespace: str, jobs: int) -> None:
 
 
 def measure_ticks(
-    run: BenchRun, *, replicas: int, jobs: int, ticks: int, run_ms: float, claim_step: float
+    run: BenchRun,
+    *,
+    replicas: int,
+    jobs: int,
+    ticks: int,
+    run_ms: float,
+    claim_step: float,
+    shards: int = 16,
 ) -> tuple[list[Message], list[Message]]:
     """Run the replicas through all ticks; their grant messages and their done messages."""
     if replicas < 1 or jobs < 1 or ticks < 1:
         raise ValueError(f"replicas, jobs and ticks must be >= 1: {replicas}, {jobs}, {ticks}")
     names = [f"replica-{i}" for i in range(replicas)]
-    options = {
+    options: dict[str, Any] = {
         "jobs": jobs,
         "ticks": ticks,
         "run_ms": run_ms,
         "claim_step": claim_step,
         "starting_deadline": STARTING_DEADLINE_S,
     }
-    asyncio.run(_create_leases(run.kubeconfig, run.namespace, jobs))
-    run.progress(f"{jobs} free job Leases created")
+    if run.through == "runtime":
+        options["shards"] = shards
+        _runtime_ticks.apply_crds(run.kubeconfig)
+    else:
+        asyncio.run(_create_leases(run.kubeconfig, run.namespace, jobs))
+        run.progress(f"{jobs} free job Leases created")
     for name in names:
         run.group.spawn(name, _argv(run, name, names, options))
     for name in names:
@@ -89,9 +101,23 @@ def measure_ticks(
             timeout=120.0,
             what=f"{name} ready",
         )
-    epoch = math.ceil(time.time()) + 2.0
+    if run.through == "runtime":
+        epoch = _runtime_ticks.pick_epoch(jobs=jobs, ticks=ticks, period=PERIOD_S)
+        _runtime_ticks.create_jobs(
+            run.kubeconfig, run.namespace, jobs=jobs, epoch=epoch, ticks=ticks
+        )
+        run.progress(f"{jobs} ScheduledJobs created ({shards} shards)")
+    else:
+        epoch = math.ceil(time.time()) + 2.0
     for name in names:
         run.group.replicas[name].send({"epoch": epoch})
+    if run.through == "runtime":
+        for name in names:
+            run.group.wait_for(
+                lambda m, n=name: m.replica == n and m.event == "synced",  # type: ignore[misc]
+                timeout=max(1.0, epoch - time.time()),
+                what=f"{name} running all {jobs} jobs before the first tick",
+            )
     run.progress(f"{replicas} replicas ready; {ticks} ticks of {jobs} jobs from epoch {epoch:.0f}")
     budget = ticks * PERIOD_S + STARTING_DEADLINE_S + 120.0 + jobs * 0.05
     done = _collect(run, replicas=replicas, expected=jobs * ticks, budget=budget)
@@ -157,6 +183,7 @@ def ticks_report(
             standby_requests / standby_seconds if standby_seconds else math.nan
         ),
         "runs_per_replica": dict(sorted(per_replica.items())),
+        **_resources(done, runs=account.runs, ticks=ticks),
         "skips": merge_counts(m.data.get("skips", {}) for m in done),
     }
     lag_target = "p99 <= 50 ms" if jobs == 1 else "p99 <= 1 s (1000 jobs)"
@@ -170,8 +197,34 @@ def ticks_report(
         ("writes per run", show(figures["writes_per_run"]), "<= 5, independent of replicas"),
         ("standby requests/s", show(figures["standby_requests_per_s"]), "0"),
     ]
+    if "lease_writes_per_tick" in figures:
+        rows += [
+            ("Lease writes per tick", show(figures["lease_writes_per_tick"]), "O(shards)"),
+            ("JobRun writes per run", show(figures["jobrun_writes_per_run"]), "-"),
+            ("replica RSS max", show(figures["rss_mb_max"], " MB"), "<= 150 MB"),
+            ("replica CPU s (mean)", show(figures["cpu_s_mean"], " s"), "-"),
+        ]
     title = f"ticks: {replicas} replicas x {jobs} jobs x {ticks} ticks ({PERIOD_S:g}s apart)"
     return figures, table(rows, title=title)
+
+
+def _resources(done: list[Message], *, runs: int, ticks: int) -> dict[str, Any]:
+    """Writes by resource, RSS and CPU, when the replicas reported them (runtime driver)."""
+    if not done or "writes_by" not in done[0].data:
+        return {}
+    by = merge_counts(m.data["writes_by"] for m in done)
+    lease, jobruns = by.get("leases", 0.0), by.get("jobruns", 0.0)
+    rss = [float(m.data["rss_mb"]) for m in done]
+    cpu = [float(m.data["cpu_s"]) for m in done]
+    return {
+        "writes_by_resource": by,
+        "lease_writes_per_tick": rounded(lease / ticks),
+        "jobrun_writes_per_run": rounded(jobruns / runs if runs else math.nan),
+        "rss_mb_max": rounded(max(rss), 1),
+        "cpu_s_mean": rounded(sum(cpu) / len(cpu), 2),
+        "cpu_s_max": rounded(max(cpu), 2),
+        "records_left": sum(float(m.data.get("record_backlog", 0)) for m in done),
+    }
 
 
 def run_ticks(
@@ -181,6 +234,7 @@ def run_ticks(
     ticks: int,
     run_ms: float = 200.0,
     claim_step: float = 0.1,
+    shards: int = 16,
     through: str = "coordination",
     json_output: bool = False,
     kubeconfig: str | None = None,
@@ -188,10 +242,18 @@ def run_ticks(
     """Run the ticks benchmark, print its table (and JSON), and return the figures."""
     with bench_run(prefix="ticks", through=through, kubeconfig=kubeconfig) as run:
         grants, done = measure_ticks(
-            run, replicas=replicas, jobs=jobs, ticks=ticks, run_ms=run_ms, claim_step=claim_step
+            run,
+            replicas=replicas,
+            jobs=jobs,
+            ticks=ticks,
+            run_ms=run_ms,
+            claim_step=claim_step,
+            shards=shards,
         )
     figures, human = ticks_report(grants, done, replicas=replicas, jobs=jobs, ticks=ticks)
     figures["run_ms"] = run_ms
     figures["through"] = through
+    if through == "runtime":
+        figures["shards"] = shards
     print_result(figures, human, json_output=json_output)
     return figures

@@ -83,6 +83,12 @@ bench.add_command(
 @click.option(
     "--claim-step", default=0.1, show_default=True, help="Claim stagger per rendezvous rank (s)."
 )
+@click.option(
+    "--shards",
+    default=16,
+    show_default=True,
+    help="--through runtime: shards per group (0: every job claims on its own Lease).",
+)
 @_through
 @_json
 def ticks(
@@ -91,10 +97,11 @@ def ticks(
     ticks: int,
     run_ms: float,
     claim_step: float,
+    shards: int,
     through: str,
     json_output: bool,
 ) -> None:
-    """Replicas contend for every job's ticks through the once-per-tick lock."""
+    """Replicas contend for every job's ticks (through the lock, or the whole runtime)."""
     _run(
         run_ticks,
         replicas=replicas,
@@ -102,6 +109,7 @@ def ticks(
         ticks=ticks,
         run_ms=run_ms,
         claim_step=claim_step,
+        shards=shards,
         through=through,
         json_output=json_output,
     )

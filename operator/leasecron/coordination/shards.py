@@ -33,6 +33,7 @@ from leasecron.coordination.locks import Skipped, TickLock
 from leasecron.coordination.resourcelocks import LeaseStoreLike, PartyOptions
 from leasecron.kube.clients import Kube
 from leasecron.models.configs import LockConfig
+from leasecron.models.decisions import expires_at, grant_live
 from leasecron.models.leases import LeaseRecord
 from leasecron.models.names import LABEL_GROUP
 from leasecron.models.shards import LABEL_SHARD
@@ -105,6 +106,34 @@ class ShardLock(TickLock):
         async with self._mutex:
             return await super().try_claim(tick, starting_deadline=starting_deadline)
 
+    async def wait_claimable(self, tick: datetime, *, timeout: float) -> bool:  # noqa: ASYNC109
+        """After a `live_grant` skip: wait until instant `tick` is taken (False), or the grant
+        that blocked it is released or expired by local time (True: claim again), at most
+        `timeout` seconds (False). No request is sent: the view is watch-fed."""
+        clock = self._clock
+        end = clock.monotonic() + timeout
+
+        def settled() -> bool:
+            seen = self.lease.observe()
+            if self._taken(tick) or seen is None:
+                return True
+            return not grant_live(
+                seen.observation,
+                now_mono=clock.monotonic(),
+                fallback_s=self.config.lease_duration_s,
+            )
+
+        while clock.monotonic() < end:
+            seen = self.lease.observe()
+            until = end
+            if seen is not None:
+                expiry = expires_at(seen.observation, fallback_s=self.config.lease_duration_s)
+                until = min(end, expiry + 0.01)
+            wait = max(0.01, until - clock.monotonic())
+            if await self.lease.view.wait_for(self.namespace, self.name, settled, timeout=wait):
+                return not self._taken(tick)
+        return False
+
     # --- holding ------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -150,15 +179,24 @@ class ShardLock(TickLock):
             grants = self._in_use()
             if not self._uses or not grants:
                 break
-            record = self._record()
-            current = self._grants.get(record.transitions) if record is not None else None
-            newest = current or max(grants, key=lambda g: g.token)
-            renewed = await self.renew(newest)
+            async with self._mutex:  # never racing our own claim of the next instant
+                newest = self._renewable()
+                if newest is None:
+                    continue  # our own claim of a later instant is landing: it just renewed
+                renewed = await self.renew(newest)
             for grant in grants:
                 if renewed:
                     grant.extend(newest.expires_at)
                 elif newest.lost.is_set():
                     grant.mark_lost(newest.lost_reason)
+
+    def _renewable(self) -> Grant | None:
+        """The grant the Lease shows now, when it is one of ours this lock knows; None while
+        our claim of a later instant is on its way (its reply not processed yet)."""
+        record = self._record()
+        if record is None:
+            return max(self._in_use(), key=lambda g: g.token, default=None)
+        return self._grants.get(record.transitions)
 
     async def _release_all(self) -> None:
         """Nothing runs under any grant of ours: free the Lease (the newest grant's release
@@ -166,7 +204,7 @@ class ShardLock(TickLock):
         async with self._mutex:
             if self._uses:
                 return  # a new use started meanwhile; its keeper releases later
-            for token in sorted(self._grants, reverse=True):
+            for token in sorted(self._grants):  # older ones first: they write nothing
                 if token > self._highest_used:
                     continue  # claimed just now; its user has not entered `use` yet
                 grant = self._grants.get(token)

@@ -109,7 +109,7 @@ def plan_claimed(
         previous -= _EPSILON
     bounds = [moment for moment in (previous, not_before) if moment is not None]
     lower = max(bounds) if bounds else None
-    if lower is None or lower >= claimed:
+    if lower is None or lower >= claimed or schedule.next_after(lower) >= claimed:
         return TickPlan(claimed=claimed, run=(claimed,), missed=())
     catching = max(0, max_ticks) if catch_up is CatchUpPolicy.ALL else 0
     window = catching + max(0, record_limit)

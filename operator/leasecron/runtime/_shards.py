@@ -27,11 +27,12 @@ from datetime import datetime, timedelta
 from leasecron._logs import get_logger
 from leasecron.coordination import Grant, Skipped
 from leasecron.coordination.grants import Fence
+from leasecron.coordination.locks import SKIP_UNAVAILABLE, SKIP_UNCERTAIN
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
-from leasecron.models.decisions import rendezvous_rank
-from leasecron.models.shards import group_by_shard, jobs_due, shard_key, shard_lease_name, shard_of
+from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
+from leasecron.models.shards import due_at, group_by_shard, shard_key, shard_lease_name, shard_of
 from leasecron.models.specs import ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._once import _record_missed
@@ -46,6 +47,8 @@ from leasecron.runtime._services import RecordMode, Services
 
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
+_RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN)
+"""Skips after which a shard instant is claimed again (until its startingDeadline)."""
 
 
 @dataclass(eq=False)
@@ -54,6 +57,7 @@ class _Entry:
     after: datetime
     not_before: datetime
     next: NextTick | None = None
+    shard: int = 0
     running: tuple[asyncio.Task[None], RunControl] | None = None
     stopped: bool = field(default=False)
 
@@ -130,6 +134,7 @@ class ShardTicks:
         self._services = services
         self.shards = shards
         self._entries: dict[str, _Entry] = {}
+        self._by_shard: dict[int, set[str]] = {}
         self._locks: dict[int, ShardLock] = {}
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -139,7 +144,9 @@ class ShardTicks:
     # --- the jobs ---------------------------------------------------------------------------
 
     def add(self, job: ScheduledJob, *, created: datetime) -> None:
-        self._entries[job.name] = _Entry(job=job, after=created, not_before=created)
+        shard = shard_of(job.name, shards=self.shards)
+        self._entries[job.name] = _Entry(job=job, after=created, not_before=created, shard=shard)
+        self._by_shard.setdefault(shard, set()).add(job.name)
         self._wake()
 
     def update(self, job: ScheduledJob) -> None:
@@ -154,6 +161,7 @@ class ShardTicks:
     async def remove(self, name: str, reason: StopReason) -> None:
         entry = self._entries.pop(name, None)
         if entry is not None:
+            self._by_shard.get(entry.shard, set()).discard(name)
             entry.stopped = True
             await self._stop_running(entry, reason)
 
@@ -210,9 +218,16 @@ class ShardTicks:
         clock = self._services.clock
         while True:
             self._changed.clear()
+            plans: dict[tuple[object, ...], NextTick | None] = {}
             for entry in self._entries.values():
                 if entry.next is None:
-                    entry.next = self._plan(entry)
+                    # Jobs on the same schedule (all the hourly ones) share one computation.
+                    spec = entry.job.spec
+                    key: tuple[object, ...] = (spec.schedule, spec.time_zone, entry.after)
+                    key += (spec.starting_deadline, spec.catch_up.policy)
+                    if key not in plans:
+                        plans[key] = self._plan(entry)
+                    entry.next = plans[key]
             planned = [e for e in self._entries.values() if e.next is not None]
             if not planned:
                 await self._changed.wait()
@@ -224,6 +239,7 @@ class ShardTicks:
                     await asyncio.wait_for(self._changed.wait(), min(remaining, _MAX_SLEEP))
                 continue
             self._fire([e for e in planned if e.next is not None and e.next.tick <= clock.now()])
+            await asyncio.sleep(0)  # the claims go out before the next ticks are planned
 
     def _fire(self, due: list[_Entry]) -> None:
         """Hand every due job's tick to its shard's instant claim."""
@@ -267,18 +283,19 @@ class ShardTicks:
 
     def _due(self, shard: int, instant: datetime) -> list[_Entry]:
         """Every job of `shard` with a tick at `instant` that this replica knows."""
-        schedules = {
-            name: e.job.spec.parsed_schedule
-            for name, e in self._entries.items()
-            if e.job.spec.parsed_schedule is not None and not e.job.spec.suspend
-        }
-        names = jobs_due(
-            {n: s for n, s in schedules.items() if s is not None},
-            instant,
-            shard=shard,
-            shards=self.shards,
-        )
-        return [self._entries[n] for n in names]
+        entries = [self._entries[n] for n in sorted(self._by_shard.get(shard, ()))]
+        due: dict[tuple[str, str], bool] = {}
+
+        def is_due(job: ScheduledJob) -> bool:
+            schedule = job.spec.parsed_schedule
+            if schedule is None or job.spec.suspend:
+                return False
+            key = (schedule.expression, schedule.time_zone)
+            if key not in due:
+                due[key] = due_at(schedule, instant)
+            return due[key]
+
+        return [e for e in entries if is_due(e.job)]
 
     def _deadline(self, entries: list[_Entry]) -> timedelta:
         return min((e.job.spec.starting_deadline for e in entries), default=timedelta(seconds=60))
@@ -290,17 +307,24 @@ class ShardTicks:
         rank = rendezvous_rank(key, services.identity, services.membership.members())
         deadline = self._deadline(self._due(shard, instant))
         claim_deadline = None if catch_up else deadline
-        result = await lock.try_claim(
-            instant, stagger=rank * services.tuning.claim_step, starting_deadline=claim_deadline
-        )
+        stagger = rank * services.tuning.claim_step
+        result = await lock.try_claim(instant, stagger=stagger, starting_deadline=claim_deadline)
         pause = services.tuning.claim_retry
-        while isinstance(result, Skipped) and result.unreachable:
+        while isinstance(result, Skipped) and result.reason in _RETRIED:
             left = (instant + deadline - services.clock.now()).total_seconds()
             if not catch_up and left <= pause:
                 return
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
-            result = await lock.try_claim(instant, starting_deadline=claim_deadline)
+            if result.reason == SKIP_LIVE_GRANT:
+                # The holder of the previous instant takes this one too, normally; if it
+                # cannot (it died, or lost a race), the shard is free or expires first.
+                if not await lock.wait_claimable(instant, timeout=left):
+                    return
+            else:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            result = await lock.try_claim(
+                instant, stagger=stagger, starting_deadline=claim_deadline
+            )
         if not isinstance(result, Grant):
             return
         async with lock.use(result) as grant:

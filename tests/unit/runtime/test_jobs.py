@@ -62,7 +62,7 @@ class Harness:
         registry = HandlerRegistry()
         for name in handlers:
             registry.register(name, lambda ctx: None)
-        services = SimpleNamespace(group="default", namespace="ns", registry=registry)
+        services = SimpleNamespace(group="default", namespace="ns", registry=registry, shards=16)
         self.log: list[tuple[str, str, Any]] = []
         self.leader = FakeLeader()
         self.table = JobTable(

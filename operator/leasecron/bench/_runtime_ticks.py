@@ -1,0 +1,83 @@
+"""The setup of `leasecron bench ticks --through runtime`: leasecron's CRDs, the benchmark's
+ScheduledJobs and the tick instants they fire at.
+
+Every job gets a 6-field cron schedule that fires exactly at the benchmark's ticks (seconds
+`s..s+ticks-1` of one minute), so nothing runs before or after the measured window; jobs are
+short once-per-tick ones (`lock.keepAlive: false`, `atMostFor: 30s`), the kind claimed through
+shards. The parent picks the epoch far enough ahead for the replicas to see every job first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from datetime import UTC, datetime
+
+from leasecron.bench._drivers import bench_job
+from leasecron.bench._through_runtime import BENCH_GROUP, HANDLER
+from leasecron.kube.clients import Kube
+from leasecron.kube.jobruns import ScheduledJobStore
+
+_LEAD_S = 15.0
+_LEAD_PER_JOB_S = 0.03
+
+
+def apply_crds(kubeconfig: str) -> None:
+    """leasecron's CRDs in the cluster (waits until they are Established)."""
+    import kubernetes.config
+
+    from leasecron.testing import apply_leasecron_crds
+
+    api = kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    with api:
+        apply_leasecron_crds(api)
+
+
+def pick_epoch(*, jobs: int, ticks: int, period: float, now: float | None = None) -> float:
+    """The wall time of tick 0: whole seconds, far enough ahead, all ticks in one minute."""
+    if period != 1.0 or ticks > 59:
+        raise ValueError(f"the runtime driver needs 1 s ticks and at most 59 of them: {ticks}")
+    epoch = math.ceil((now if now is not None else time.time()) + _LEAD_S + jobs * _LEAD_PER_JOB_S)
+    while datetime.fromtimestamp(epoch, UTC).second + ticks > 60:
+        epoch += 1
+    return float(epoch)
+
+
+def tick_schedule(epoch: float, ticks: int) -> str:
+    """A 6-field cron (seconds first) firing at epoch, epoch + 1 s, ..., in UTC."""
+    at = datetime.fromtimestamp(epoch, UTC)
+    seconds = f"{at.second}-{at.second + ticks - 1}" if ticks > 1 else str(at.second)
+    return f"{seconds} {at.minute} {at.hour} {at.day} {at.month} *"
+
+
+async def _create(kubeconfig: str, namespace: str, *, jobs: int, schedule: str) -> None:
+    kube = Kube.from_config(kubeconfig=kubeconfig, max_workers=16)
+    store, gate = ScheduledJobStore(kube), asyncio.Semaphore(16)
+
+    async def create(index: int) -> None:
+        body = {
+            "apiVersion": "leasecron.dev/v1alpha1",
+            "kind": "ScheduledJob",
+            "metadata": {"name": bench_job(index)},
+            "spec": {
+                "bucket": "once-per-tick",
+                "schedule": schedule,
+                "group": BENCH_GROUP,
+                "handler": HANDLER,
+                "lock": {"atMostFor": "30s", "keepAlive": False},
+            },
+        }
+        async with gate:
+            await store.create(namespace=namespace, body=body)
+
+    try:
+        await asyncio.gather(*(create(j) for j in range(jobs)))
+    finally:
+        await kube.close()
+
+
+def create_jobs(kubeconfig: str, namespace: str, *, jobs: int, epoch: float, ticks: int) -> None:
+    """The benchmark's ScheduledJobs, firing at the `ticks` instants from `epoch`."""
+    schedule = tick_schedule(epoch, ticks)
+    asyncio.run(_create(kubeconfig, namespace, jobs=jobs, schedule=schedule))

@@ -1,0 +1,135 @@
+"""The `runtime` driver of a benchmark replica: the in-pod Scheduler itself, as an application
+runs it, with the benchmark's ScheduledJobs (created by the parent) and one async handler.
+
+`ticks`: start a Scheduler of group `bench` with `--shards` shards (0: every job claims on its
+own Lease) and report "ready"; on the epoch command wait until it runs all `--jobs` jobs
+("synced"), report every handler start as a grant (job, tick index, token, start lag after
+the tick), and once the last tick's runs are over and this process's run records are written,
+report "done" with its API requests and writes (by resource), peak RSS and CPU seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from leasecron.bench._drivers import ReplicaIO
+from leasecron.kube.clients import Kube
+from leasecron.runtime import JobContext, Scheduler, Tuning
+
+BENCH_GROUP = "bench"
+HANDLER = "bench"
+_SETTLE_S = 3.0
+_RECORDS_WAIT_S = 60.0
+
+
+def _sample(name: str) -> float:
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name == name:
+                return float(sample.value)
+    return 0.0
+
+
+def writes_by_resource() -> dict[str, float]:
+    """API writes of this process by resource (create, update, patch, delete)."""
+    writes: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name != "leasecron_api_requests_total":
+                continue
+            if sample.labels["verb"] in ("create", "update", "patch", "delete"):
+                key = sample.labels["resource"]
+                writes[key] = writes.get(key, 0.0) + sample.value
+    return writes
+
+
+async def _until(condition: Callable[[], bool], *, timeout: float | None) -> None:  # noqa: ASYNC109
+    """Poll `condition` (a value of the Scheduler or of the metrics: no event to wait on)
+    every 0.1 s until it holds or `timeout` seconds pass."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not condition() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
+    kube = Kube.from_config(max_workers=32, request_timeout=10.0)
+    scheduler = Scheduler(
+        BENCH_GROUP,
+        namespace=args.namespace,
+        kube=kube,
+        identity=args.identity,
+        grace_period=5.0,
+        tuning=Tuning(claim_step=args.claim_step),
+        shards=args.shards,
+    )
+    epoch: float | None = None
+
+    @scheduler.job(HANDLER)
+    async def bench(ctx: JobContext) -> None:
+        started = time.time()
+        instant = ctx.tick.timestamp()
+        if epoch is not None:
+            io.emit(
+                event="grant",
+                job=int(ctx.job.rsplit("-", 1)[1]),
+                tick=round((instant - epoch) / args.period),
+                token=ctx.token,
+                t=started,
+                lag=started - instant,
+            )
+        await asyncio.sleep(args.run_ms / 1000.0)
+
+    async with scheduler:
+        io.emit(event="ready", t=time.time())
+        command = await io.next_command()
+        if command is None:
+            return
+        await _until(lambda: len(scheduler.jobs) >= args.jobs, timeout=None)
+        epoch = float(command["epoch"])
+        io.emit(event="synced", t=time.time())
+        await _measure(args, io, kube, epoch)
+    await kube.close()
+
+
+async def _measure(args: argparse.Namespace, io: ReplicaIO, kube: Kube, epoch: float) -> None:
+    await asyncio.sleep(max(0.0, epoch - time.time()))
+    writes, requests, cpu = kube.write_count, kube.request_count, _cpu_seconds()
+    by_resource = writes_by_resource()
+    end = epoch + (args.ticks - 1) * args.period + args.run_ms / 1000.0 + _SETTLE_S
+    await asyncio.sleep(max(0.0, end - time.time()))
+    await _until(lambda: _sample("leasecron_record_backlog") <= 0, timeout=_RECORDS_WAIT_S)
+    after = writes_by_resource()
+    io.emit(
+        event="done",
+        requests=kube.request_count - requests,
+        writes=kube.write_count - writes,
+        writes_by={k: v - by_resource.get(k, 0.0) for k, v in after.items()},
+        record_backlog=_sample("leasecron_record_backlog"),
+        rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        cpu_s=_cpu_seconds() - cpu,
+        standby_requests=0,
+        standby_seconds=0.0,
+        skips=_skips(),
+    )
+
+
+def _skips() -> dict[str, Any]:
+    totals: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name == "leasecron_skips_total":
+                reason = sample.labels["reason"]
+                totals[reason] = totals.get(reason, 0.0) + sample.value
+    return totals
