@@ -106,6 +106,12 @@ class ShardLock(TickLock):
         async with self._mutex:
             return await super().try_claim(tick, starting_deadline=starting_deadline)
 
+    def holding(self) -> bool:
+        """Whether the Lease shows a live grant of ours: then only this replica can claim the
+        shard's next instant, so it need not wait its turn."""
+        record = self._record()
+        return record is not None and record.transitions in self._replaceable()
+
     async def wait_claimable(self, tick: datetime, *, timeout: float) -> bool:  # noqa: ASYNC109
         """After a `live_grant` skip: wait until instant `tick` is taken (False), or the grant
         that blocked it is released or expired by local time (True: claim again), at most

@@ -307,7 +307,7 @@ class ShardTicks:
         rank = rendezvous_rank(key, services.identity, services.membership.members())
         deadline = self._deadline(self._due(shard, instant))
         claim_deadline = None if catch_up else deadline
-        stagger = rank * services.tuning.claim_step
+        stagger = 0.0 if lock.holding() else rank * services.tuning.claim_step
         result = await lock.try_claim(instant, stagger=stagger, starting_deadline=claim_deadline)
         pause = services.tuning.claim_retry
         while isinstance(result, Skipped) and result.reason in _RETRIED:
