@@ -1,10 +1,13 @@
 """One replica of an application using leasecron's Scheduler, for the runtime's e2e tests.
 
-    KUBECONFIG=... POD_NAME=replica-0 python e2e/_runtime_replica.py --namespace NS
+    KUBECONFIG=... POD_NAME=replica-0 python e2e/_runtime_replica.py --namespace NS \
+        [--shards 16 --shard-lease 10]
 
-Registers four handlers and prints one JSON line per event on stdout (logs go to stderr):
+Registers five handlers and prints one JSON line per event on stdout (logs go to stderr):
 
 - `tick` (sync) and `everywhere` (sync): {"event": "run", "job", "tick", "token", "t"}
+- `slow` (sync): the same event, then half a second of work (ended early when the grant is
+  lost)
 - `owner` (async, single-owner): {"event": "owner-start", "token", "t"} when its term starts,
   then loops until cancelled; {"event": "owner-stop", "token", "t"} when it ends
 - `ready` once the scheduler runs, `stopped` after SIGTERM and a graceful stop, with the
@@ -40,6 +43,12 @@ def ran(ctx: JobContext) -> None:
     emit("run", job=ctx.job, tick=ctx.tick.isoformat(), token=ctx.token, holder=ctx.holder)
 
 
+def slow(ctx: JobContext) -> None:
+    """A run that lasts half a second, so that a replica is often caught mid-run."""
+    ran(ctx)
+    ctx.lost.wait(0.5)
+
+
 async def owner(ctx: JobContext) -> None:
     emit("owner-start", job=ctx.job, token=ctx.token, holder=ctx.holder)
     try:
@@ -53,6 +62,8 @@ def main() -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--group", default="default")
     parser.add_argument("--grace", type=float, default=5.0)
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--shard-lease", type=int, default=10, help="seconds")
     args = parser.parse_args()
     kube = Kube.from_config()
     scheduler = Scheduler(
@@ -60,10 +71,12 @@ def main() -> int:
         namespace=args.namespace,
         kube=kube,
         grace_period=args.grace,
-        tuning=Tuning(member_duration_s=3, member_renew_every=1.0),
+        tuning=Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=args.shard_lease),
+        shards=args.shards,
     )
     scheduler.register("tick", ran)
     scheduler.register("everywhere", ran)
+    scheduler.register("slow", slow)
     scheduler.register("owner", owner)
 
     def announce() -> None:

@@ -26,11 +26,8 @@ from datetime import datetime, timedelta
 
 from leasecron._logs import get_logger
 from leasecron.coordination import Grant, Skipped
-from leasecron.coordination.grants import Fence
 from leasecron.coordination.locks import SKIP_UNAVAILABLE, SKIP_UNCERTAIN
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
-from leasecron.kube.jobruns import JobRunStore
-from leasecron.models.clocks import Clock
 from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
 from leasecron.models.shards import due_at, group_by_shard, shard_key, shard_lease_name, shard_of
 from leasecron.models.specs import ScheduledJob
@@ -44,6 +41,7 @@ from leasecron.runtime._planning import (
     plan_claimed,
 )
 from leasecron.runtime._services import RecordMode, Services
+from leasecron.runtime._shardfences import RunFence, ShardFloors
 
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
@@ -62,71 +60,6 @@ class _Entry:
     stopped: bool = field(default=False)
 
 
-class RunFence(Fence):
-    """The fence of one run under a shard grant: the grant's token, held while the grant is
-    and for at most the job's atMostFor from the run's start."""
-
-    def __init__(self, grant: Grant, *, at_most_for: timedelta, clock: Clock) -> None:
-        now_mono = clock.monotonic()
-        super().__init__(
-            namespace=grant.namespace,
-            name=grant.name,
-            token=grant.token,
-            holder=grant.holder,
-            expires_at=now_mono + at_most_for.total_seconds(),
-            clock=clock,
-        )
-        self.grant = grant
-        self._unlink = grant.lost.on_set(lambda: self.mark_lost(grant.lost_reason or "lost"))
-
-    @property
-    def held(self) -> bool:
-        if not self.grant.held:
-            self.mark_lost(self.grant.lost_reason or "the shard grant is gone")
-        return super().held
-
-    def _expired_reason(self) -> str:
-        return "the run reached its atMostFor"
-
-    def close(self) -> None:
-        self._unlink()
-
-    async def watch(self) -> None:
-        """Return once the fence is lost: taken, or past its own or the grant's deadline."""
-        clock = self._clock
-        while self.held:
-            remaining = min(self.expires_at, self.grant.expires_at) - clock.monotonic()
-            await self.lost.wait_async(max(0.01, remaining))
-
-
-class ShardFloors:
-    """Token floors of the shard Leases (read only when a shard Lease is to be created): the
-    highest fencing token on record for any job of the shard, from one list of the
-    namespace's JobRuns shared by all shards for a few seconds."""
-
-    def __init__(self, services: Services, *, shards: int, ttl: float = 5.0) -> None:
-        self._services, self._shards, self._ttl = services, shards, ttl
-        self._read: tuple[float, dict[int, int]] | None = None
-        self._guard = asyncio.Lock()
-
-    async def floor(self, shard: int) -> int:
-        async with self._guard:
-            now = self._services.clock.monotonic()
-            if self._read is None or now - self._read[0] > self._ttl:
-                runs = await JobRunStore(self._services.kube).list(
-                    namespace=self._services.namespace
-                )
-                floors: dict[int, int] = {}
-                for run in runs:
-                    spec = run.get("spec") or {}
-                    token, job = spec.get("fencingToken"), spec.get("job")
-                    if isinstance(token, int) and isinstance(job, str):
-                        index = shard_of(job, shards=self._shards)
-                        floors[index] = max(floors.get(index, 0), token)
-                self._read = (now, floors)
-            return self._read[1].get(shard, 0)
-
-
 class ShardTicks:
     """The sharded once-per-tick jobs of one running Scheduler."""
 
@@ -140,6 +73,8 @@ class ShardTicks:
         self._loop_task: asyncio.Task[None] | None = None
         self._instants: set[asyncio.Task[None]] = set()
         self._floors = ShardFloors(services, shards=shards)
+        self._claiming: dict[int, asyncio.Future[None]] = {}
+        """Per shard: settled once this replica's claim of its latest instant is."""
 
     # --- the jobs ---------------------------------------------------------------------------
 
@@ -301,8 +236,45 @@ class ShardTicks:
         return min((e.job.spec.starting_deadline for e in entries), default=timedelta(seconds=60))
 
     async def _instant(self, shard: int, instant: datetime, *, catch_up: bool) -> None:
+        """Claim `instant` of `shard` after this replica's claim of the shard's previous
+        instant is settled (a later instant claimed first would make the earlier one taken),
+        then run every job of the shard due at it."""
+        loop = asyncio.get_running_loop()
+        previous = self._claiming.get(shard)
+        settled: asyncio.Future[None] = loop.create_future()
+        self._claiming[shard] = settled
+        try:
+            if previous is not None:
+                await previous
+            lock = self._lock(shard)
+            grant = await self._claim(lock, shard, instant, catch_up=catch_up)
+            if grant is None:
+                return
+            async with lock.use(grant):
+                settled.set_result(None)
+                due = self._due(shard, instant)
+                _log.debug(
+                    "shard instant claimed",
+                    shard=shard,
+                    tick=instant.isoformat(),
+                    token=grant.token,
+                    jobs=len(due),
+                )
+                await asyncio.gather(
+                    *(self._run_job(entry, grant, instant, catch_up=catch_up) for entry in due)
+                )
+        finally:
+            if not settled.done():
+                settled.set_result(None)
+            if self._claiming.get(shard) is settled:
+                del self._claiming[shard]
+
+    async def _claim(
+        self, lock: ShardLock, shard: int, instant: datetime, *, catch_up: bool
+    ) -> Grant | None:
+        """One claim after the rendezvous stagger (none while we hold the shard), again after
+        a live grant ends or while the store cannot be reached, until the startingDeadline."""
         services = self._services
-        lock = self._lock(shard)
         key = shard_key(services.group, shard, instant)
         rank = rendezvous_rank(key, services.identity, services.membership.members())
         deadline = self._deadline(self._due(shard, instant))
@@ -313,32 +285,20 @@ class ShardTicks:
         while isinstance(result, Skipped) and result.reason in _RETRIED:
             left = (instant + deadline - services.clock.now()).total_seconds()
             if not catch_up and left <= pause:
-                return
+                return None
             if result.reason == SKIP_LIVE_GRANT:
                 # The holder of the previous instant takes this one too, normally; if it
                 # cannot (it died, or lost a race), the shard is free or expires first.
-                if not await lock.wait_claimable(instant, timeout=left):
-                    return
+                if not await lock.wait_claimable(instant, timeout=max(left, pause)):
+                    return None
             else:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
+            stagger = 0.0 if lock.holding() else rank * services.tuning.claim_step
             result = await lock.try_claim(
                 instant, stagger=stagger, starting_deadline=claim_deadline
             )
-        if not isinstance(result, Grant):
-            return
-        async with lock.use(result) as grant:
-            due = self._due(shard, instant)
-            _log.debug(
-                "shard instant claimed",
-                shard=shard,
-                tick=instant.isoformat(),
-                token=grant.token,
-                jobs=len(due),
-            )
-            await asyncio.gather(
-                *(self._run_job(entry, grant, instant, catch_up=catch_up) for entry in due)
-            )
+        return result if isinstance(result, Grant) else None
 
     async def _run_job(
         self, entry: _Entry, grant: Grant, instant: datetime, *, catch_up: bool

@@ -1,0 +1,83 @@
+"""Fencing of runs claimed through a shard (docs/claims.md): `RunFence`, the fence one run
+gets under a shard grant (the grant's token, bounded by the job's own atMostFor), and
+`ShardFloors`, the token floors a shard Lease starts above when it is created (again).
+
+It does not claim or renew anything: `coordination.shards.ShardLock` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from leasecron.coordination import Grant
+from leasecron.coordination.grants import Fence
+from leasecron.kube.jobruns import JobRunStore
+from leasecron.models.clocks import Clock
+from leasecron.models.shards import shard_of
+from leasecron.runtime._services import Services
+
+
+class RunFence(Fence):
+    """The fence of one run under a shard grant: the grant's token, held while the grant is
+    and for at most the job's atMostFor from the run's start."""
+
+    def __init__(self, grant: Grant, *, at_most_for: timedelta, clock: Clock) -> None:
+        now_mono = clock.monotonic()
+        super().__init__(
+            namespace=grant.namespace,
+            name=grant.name,
+            token=grant.token,
+            holder=grant.holder,
+            expires_at=now_mono + at_most_for.total_seconds(),
+            clock=clock,
+        )
+        self.grant = grant
+        self._unlink = grant.lost.on_set(lambda: self.mark_lost(grant.lost_reason or "lost"))
+
+    @property
+    def held(self) -> bool:
+        if not self.grant.held:
+            self.mark_lost(self.grant.lost_reason or "the shard grant is gone")
+        return super().held
+
+    def _expired_reason(self) -> str:
+        return "the run reached its atMostFor"
+
+    def close(self) -> None:
+        self._unlink()
+
+    async def watch(self) -> None:
+        """Return once the fence is lost: taken, or past its own or the grant's deadline."""
+        clock = self._clock
+        while self.held:
+            remaining = min(self.expires_at, self.grant.expires_at) - clock.monotonic()
+            await self.lost.wait_async(max(0.01, remaining))
+
+
+class ShardFloors:
+    """Token floors of the shard Leases (read only when a shard Lease is to be created): the
+    highest fencing token on record for any job of the shard, from one list of the
+    namespace's JobRuns shared by all shards for a few seconds."""
+
+    def __init__(self, services: Services, *, shards: int, ttl: float = 5.0) -> None:
+        self._services, self._shards, self._ttl = services, shards, ttl
+        self._read: tuple[float, dict[int, int]] | None = None
+        self._guard = asyncio.Lock()
+
+    async def floor(self, shard: int) -> int:
+        async with self._guard:
+            now = self._services.clock.monotonic()
+            if self._read is None or now - self._read[0] > self._ttl:
+                runs = await JobRunStore(self._services.kube).list(
+                    namespace=self._services.namespace
+                )
+                floors: dict[int, int] = {}
+                for run in runs:
+                    spec = run.get("spec") or {}
+                    token, job = spec.get("fencingToken"), spec.get("job")
+                    if isinstance(token, int) and isinstance(job, str):
+                        index = shard_of(job, shards=self._shards)
+                        floors[index] = max(floors.get(index, 0), token)
+                self._read = (now, floors)
+            return self._read[1].get(shard, 0)
