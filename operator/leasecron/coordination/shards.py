@@ -77,14 +77,13 @@ class ShardLock(TickLock):
     # --- TickLock hooks -----------------------------------------------------------------------
 
     def _lost_reason(self, record: LeaseRecord | None, grant: Grant) -> str | None:
-        """A grant stays ours while the Lease shows this identity at its token or a later
-        one (our own claim of a later instant); lost once it shows anyone else."""
+        """A grant stays ours while the Lease shows this identity (identities are unique per
+        process incarnation): at a later token that is our own claim of a later instant, at
+        an earlier one a watch event older than our write. Lost once it shows anyone else."""
         if record is None:
             return "the Lease was deleted"
         if record.holder != self.identity:
             return f"the Lease is held by {record.holder or 'nobody'} now"
-        if record.transitions < grant.token:
-            return f"the Lease shows token {record.transitions}, below {grant.token}"
         return None
 
     def _replaceable(self) -> set[int]:
