@@ -86,3 +86,34 @@ def test_two_replicas_run_every_tick_of_sharded_jobs_once_with_growing_tokens(
         shard_lease_name("default", i, shards=3) for i in range(3)
     }
     assert shard_leases, "no shard Lease was written"
+
+
+def test_a_replica_without_a_handler_leaves_the_instant_to_one_that_has_every_handler(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    full, partial = CapturingHandler(), CapturingHandler()
+    extra = CapturingHandler()
+    both = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=1)
+    both.register("work", full)
+    both.register("extra", extra)
+    only_work = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=1)
+    only_work.register("work", partial)
+    objects = client.CustomObjectsApi(kube_api)
+    for name, handler in (("plain-0", "work"), ("plain-1", "work"), ("special", "extra")):
+        manifest = scheduled_job(name, schedule="@every 1s", handler=handler, lock=SHORT)
+        objects.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, manifest
+        )
+    both.start()
+    only_work.start()
+    try:
+        assert extra.wait_calls(12, timeout=60)
+    finally:
+        only_work.stop()
+        both.stop()
+    special = sorted(ctx.tick for ctx in extra.contexts)
+    settled = [t for t in special if (t - special[0]).total_seconds() >= 3]
+    gaps = [b for a, b in zip(settled, settled[1:], strict=False) if (b - a).total_seconds() > 1]
+    assert len(settled) >= 8 and not gaps, f"ticks of 'special' not run before {gaps}"
+    ran_work = Counter((c.job, c.tick) for c in full.contexts + partial.contexts)
+    assert max(ran_work.values()) == 1

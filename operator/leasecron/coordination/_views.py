@@ -6,7 +6,7 @@ every lock and elector of the process) and the responses to this process's own r
 Lease it keeps the newest version and the local monotonic time it was first seen: what expiry
 is measured from (DESIGN §5). It wakes waiters per Lease on any change, so a standby sleeps
 until the Lease changes or its grant expires instead of polling, and it logs a corrupt record
-once per resourceVersion.
+once per resourceVersion. A Lease is parsed once per resourceVersion (the last one is kept).
 
 It does not send requests and does not decide anything; the view may lag the store, which is
 why every write built from it is conditional.
@@ -23,7 +23,7 @@ from leasecron._logs import get_logger
 from leasecron.kube.watches import WatchEvent
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.decisions import Observation
-from leasecron.models.leases import parse_lease
+from leasecron.models.leases import LeaseRecord, parse_lease
 
 _log = get_logger("leasecron.coordination")
 Key = tuple[str, str]
@@ -85,6 +85,8 @@ class LeaseView:
         self._watchers: dict[Key, list[Callable[[dict[str, Any] | None], None]]] = {}
         self._reported: dict[Key, str] = {}
         self._mine: dict[tuple[str, str, str], dict[int, float]] = {}
+        self._parsed: dict[Key, tuple[str, LeaseRecord]] = {}
+        """The last parsed record of each Lease, by its resourceVersion."""
         self._unsubscribe = cache.subscribe(self._on_event) if cache is not None else None
 
     @classmethod
@@ -127,7 +129,7 @@ class LeaseView:
             first_seen = cache.observed_at(namespace, name) or self._clock.monotonic()
         else:
             return None
-        record = parse_lease(obj)
+        record = self._parse(key, obj)
         if record.problems and self._reported.get(key) != record.resource_version:
             self._reported[key] = record.resource_version or ""
             _log.warning(
@@ -146,6 +148,17 @@ class LeaseView:
         claimed or running): one registry shared by every lock of the process, so that no
         lock takes another's grant for an orphan. Loop thread only."""
         return self._mine.setdefault((namespace, name, identity), {})
+
+    def _parse(self, key: Key, obj: dict[str, Any]) -> LeaseRecord:
+        """`parse_lease(obj)`, parsed once per resourceVersion (a version never changes)."""
+        version = _rv(obj)
+        parsed = self._parsed.get(key)
+        if version and parsed is not None and parsed[0] == version:
+            return parsed[1]
+        record = parse_lease(obj)
+        if version:
+            self._parsed[key] = (version, record)
+        return record
 
     # --- learning from our own requests -------------------------------------------------------
 

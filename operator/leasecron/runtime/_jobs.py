@@ -26,7 +26,7 @@ from leasecron.runtime._leader import GroupLeader, LeaderDispatch, uses_leader
 from leasecron.runtime._once import LockDispatch
 from leasecron.runtime._owner import OwnerWorker
 from leasecron.runtime._services import Services
-from leasecron.runtime._shards import ShardedWorker, ShardTicks
+from leasecron.runtime._shards import ShardTicks
 from leasecron.runtime._ticks import EveryReplicaDispatch, TickWorker
 
 _log = get_logger("leasecron.runtime.jobs")
@@ -72,6 +72,27 @@ def created_at(obj: dict[str, Any]) -> datetime:
         return datetime.now(UTC)
 
 
+class ShardedWorker:
+    """The JobTable's worker for a sharded job: its ticks go through the shared ShardTicks."""
+
+    def __init__(self, ticks: ShardTicks, job: ScheduledJob, *, created: datetime) -> None:
+        self._ticks, self._job, self._created = ticks, job, created
+
+    @property
+    def job(self) -> ScheduledJob:
+        return self._job
+
+    def start(self) -> None:
+        self._ticks.add(self._job, created=self._created)
+
+    def update(self, job: ScheduledJob) -> None:
+        self._job = job
+        self._ticks.update(job)
+
+    async def stop(self, reason: StopReason) -> None:
+        await self._ticks.remove(self._job.name, reason)
+
+
 WorkerFactory = Callable[[ScheduledJob, datetime], Worker]
 
 
@@ -114,6 +135,7 @@ class JobTable:
         if not name:
             return
         if event.type == "DELETED":
+            self.shard_ticks.forget_foreign(name)
             self._ignore(name, None)
             self._reported.pop(name, None)
             self.set_desired(name, None)
@@ -166,11 +188,14 @@ class JobTable:
             self._report_once(metadata, ("invalid", metadata.get("generation")), str(e))
             return None
         if job.handler_name not in self._services.registry:
+            if sharded(job, shards=self._services.shards):
+                self.shard_ticks.note_foreign(job)
             self._ignore(name, f"handler {job.handler_name!r} is not registered here")
             self._report_once(metadata, ("unregistered", job.handler_name), "")
             return None
         self._ignore(name, None)
         self._reported.pop(name, None)
+        self.shard_ticks.forget_foreign(name)
         if job.spec.bucket is Bucket.SINGLE_OWNER and job.spec.suspend:
             return None
         return job, created_at(obj)

@@ -25,6 +25,18 @@ from leasecron.models.clocks import Clock
 _log = get_logger("leasecron.runtime.membership")
 
 
+def advertised_handlers(obj: dict[str, Any]) -> frozenset[str] | None:
+    """The handler names a member Lease advertises; None when it says nothing readable."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    try:
+        names = json.loads(annotations.get(ANNOTATION_HANDLERS) or "null")
+    except ValueError:
+        return None
+    if not isinstance(names, list):
+        return None
+    return frozenset(str(name) for name in names)
+
+
 class Membership:
     """This replica's member Lease (kept alive) and the group's live members (watched)."""
 
@@ -105,6 +117,21 @@ class Membership:
             identity=self.identity,
             fallback_s=self._duration_s,
         )
+
+    def members_with(self, handlers: Iterable[str], *, own: Iterable[str]) -> list[str]:
+        """The live members (as `members()`) that registered every handler in `handlers`;
+        this replica's own registrations are `own` (its Lease may lag them)."""
+        needed = frozenset(handlers)
+        live = set(self.members())
+        able = {self.identity} if needed <= frozenset(own) else set()
+        for obj in self._informer.items():
+            holder = str((obj.get("spec") or {}).get("holderIdentity") or "")
+            if holder == self.identity:
+                continue  # our own registrations are `own`
+            advertised = advertised_handlers(obj)
+            if holder in live and advertised is not None and needed <= advertised:
+                able.add(holder)
+        return sorted(able)
 
     async def _keep_alive(self) -> None:
         while True:

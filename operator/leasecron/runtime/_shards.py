@@ -68,6 +68,7 @@ class ShardTicks:
         self.shards = shards
         self._entries: dict[str, _Entry] = {}
         self._by_shard: dict[int, set[str]] = {}
+        self._foreign: dict[str, ScheduledJob] = {}
         self._locks: dict[int, ShardLock] = {}
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -99,6 +100,25 @@ class ShardTicks:
             self._by_shard.get(entry.shard, set()).discard(name)
             entry.stopped = True
             await self._stop_running(entry, reason)
+
+    def note_foreign(self, job: ScheduledJob) -> None:
+        """A sharded job of the group whose handler is not registered here: this replica does
+        not run it, and steps back from claiming its shard's instants when it is due."""
+        self._foreign[job.name] = job
+
+    def forget_foreign(self, name: str) -> None:
+        self._foreign.pop(name, None)
+
+    def _handlers_due(self, shard: int, instant: datetime) -> set[str]:
+        """Handlers of every job of `shard` due at `instant`, registered here or not."""
+        handlers = {e.job.handler_name for e in self._due(shard, instant)}
+        for job in self._foreign.values():
+            schedule = job.spec.parsed_schedule
+            if schedule is None or job.spec.suspend:
+                continue
+            if shard_of(job.name, shards=self.shards) == shard and due_at(schedule, instant):
+                handlers.add(job.handler_name)
+        return handlers
 
     def _wake(self) -> None:
         self._changed.set()
@@ -272,11 +292,19 @@ class ShardTicks:
     async def _claim(
         self, lock: ShardLock, shard: int, instant: datetime, *, catch_up: bool
     ) -> Grant | None:
-        """One claim after the rendezvous stagger (none while we hold the shard), again after
-        a live grant ends or while the store cannot be reached, until the startingDeadline."""
+        """One claim after the rendezvous stagger among the live members that registered the
+        handlers of every job due (none while we hold the shard), again after a live grant
+        ends or while the store cannot be reached, until the startingDeadline. None without
+        a claim, also when another replica is better placed (it has handlers we lack)."""
         services = self._services
+        needed = self._handlers_due(shard, instant)
+        able = services.membership.members_with(needed, own=services.registry.names())
+        if able and services.identity not in able:
+            # Another live replica registered every handler due: it claims the instant,
+            # so that no job of the shard goes without a run.
+            return None
         key = shard_key(services.group, shard, instant)
-        rank = rendezvous_rank(key, services.identity, services.membership.members())
+        rank = rendezvous_rank(key, services.identity, able or services.membership.members())
         deadline = self._deadline(self._due(shard, instant))
         claim_deadline = None if catch_up else deadline
         stagger = 0.0 if lock.holding() else rank * services.tuning.claim_step
@@ -364,24 +392,3 @@ class ShardTicks:
             watchdog.cancel()
             unlink()
             fence.close()
-
-
-class ShardedWorker:
-    """The JobTable's worker for a sharded job: its ticks go through the shared ShardTicks."""
-
-    def __init__(self, ticks: ShardTicks, job: ScheduledJob, *, created: datetime) -> None:
-        self._ticks, self._job, self._created = ticks, job, created
-
-    @property
-    def job(self) -> ScheduledJob:
-        return self._job
-
-    def start(self) -> None:
-        self._ticks.add(self._job, created=self._created)
-
-    def update(self, job: ScheduledJob) -> None:
-        self._job = job
-        self._ticks.update(job)
-
-    async def stop(self, reason: StopReason) -> None:
-        await self._ticks.remove(self._job.name, reason)

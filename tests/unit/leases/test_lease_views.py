@@ -102,3 +102,16 @@ def test_watchers_of_one_lease_hear_its_changes_and_a_failing_watcher_is_contain
     unwatch()
     cache.deliver("MODIFIED", (NS, "l"), lease("4", holder="c"))
     assert heard == ["a", "b"]
+
+
+def test_a_lease_is_parsed_once_per_resource_version() -> None:
+    clock = FakeClock()
+    cache = FakeCache(clock)
+    view = LeaseView(cache, clock=clock)
+    cache.deliver("ADDED", (NS, "l"), lease("5"))
+    first, again = view.seen(NS, "l"), view.seen(NS, "l")
+    assert first is not None and again is not None
+    assert again.observation.record is first.observation.record
+    cache.deliver("MODIFIED", (NS, "l"), lease("6", holder="b"))
+    changed = view.seen(NS, "l")
+    assert changed is not None and changed.observation.record.holder == "b"
