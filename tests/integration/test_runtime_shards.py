@@ -3,6 +3,7 @@ runs every job of the shard due then, once, with a token that never decreases.""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,7 +114,7 @@ def test_a_replica_without_a_handler_leaves_the_instant_to_one_that_has_every_ha
         both.stop()
     special = sorted(ctx.tick for ctx in extra.contexts)
     settled = [t for t in special if (t - special[0]).total_seconds() >= 3]
-    gaps = [b for a, b in zip(settled, settled[1:], strict=False) if (b - a).total_seconds() > 1]
+    gaps = [b for a, b in itertools.pairwise(settled) if (b - a).total_seconds() > 1]
     assert len(settled) >= 8 and not gaps, f"ticks of 'special' not run before {gaps}"
     ran_work = Counter((c.job, c.tick) for c in full.contexts + partial.contexts)
     assert max(ran_work.values()) == 1
