@@ -1,0 +1,146 @@
+"""Run records off the start path (shard claims): one create with the final outcome when the
+run ends first, Running then a patch otherwise, retried until written, never dropped, a late
+record takes over the operator's Missed one, and the backlog gauge counts them."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+from prometheus_client import REGISTRY
+from test_records import FakeJobRuns
+
+from leasecron.kube.errors import Unavailable
+from leasecron.kube.jobruns import JobRunStore
+from leasecron.models.clocks import FakeClock
+from leasecron.models.specs import Outcome, validate_resource
+from leasecron.runtime import _deferred
+from leasecron.runtime._records import Recorder
+from leasecron.testing.handlers import scheduled_job
+
+TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
+JOB = validate_resource(scheduled_job("report", namespace="ns"))
+
+
+class CountingJobRuns(FakeJobRuns):
+    """FakeJobRuns that counts writes and can refuse the next `failures` of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.failures = 0
+
+    def _write(self, what: str) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise Unavailable("no store", reason="Unavailable")
+        self.writes.append(what)
+
+    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._write(f"create {body['status']['outcome']}")
+        return await super().create(namespace=namespace, body=body)
+
+    async def patch_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        self._write(f"patch {patch['status']['outcome']}")
+        return await super().patch_status(namespace=namespace, name=name, patch=patch)
+
+
+def recorder(store: FakeJobRuns) -> Recorder:
+    return Recorder(jobruns=cast(JobRunStore, store), namespace="ns", clock=FakeClock(start=TICK))
+
+
+def test_a_run_that_ends_before_its_record_goes_out_is_written_once_with_its_outcome() -> None:
+    store = CountingJobRuns()
+
+    async def scenario() -> None:
+        rec = recorder(store)
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=7, now=TICK)
+        assert run is not None
+        rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)
+        assert await rec.flush(timeout=5)
+
+    asyncio.run(scenario())
+    assert store.writes == ["create Succeeded"]
+    [record] = store.items.values()
+    assert record["spec"]["fencingToken"] == 7 and record["status"]["outcome"] == "Succeeded"
+
+
+def test_a_run_still_going_is_recorded_running_then_patched_when_it_ends() -> None:
+    store = CountingJobRuns()
+
+    async def scenario() -> None:
+        rec = recorder(store)
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=7, now=TICK)
+        assert run is not None
+        await asyncio.sleep(0.05)
+        assert store.writes == ["create Running"] and rec.backlog == 1
+        later = TICK + timedelta(seconds=1)
+        rec.deferred.finish(run, outcome=Outcome.FAILED, message="boom", now=later)
+        assert await rec.flush(timeout=5)
+        assert rec.backlog == 0
+
+    asyncio.run(scenario())
+    assert store.writes == ["create Running", "patch Failed"]
+
+
+def test_records_that_cannot_be_written_are_retried_until_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_deferred, "_RETRY_FIRST", 0.001)
+    store = CountingJobRuns()
+    store.failures = 3
+
+    async def scenario() -> float:
+        rec = recorder(store)
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=1, now=TICK)
+        assert run is not None
+        rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)
+        await asyncio.sleep(0)
+        waiting = REGISTRY.get_sample_value("leasecron_record_backlog")
+        assert await rec.flush(timeout=10)
+        return float(waiting or 0)
+
+    assert asyncio.run(scenario()) == 1.0
+    assert store.writes == ["create Succeeded"] and store.failures == 0
+
+
+def test_a_late_record_takes_over_the_missed_one_the_operator_wrote() -> None:
+    store = CountingJobRuns()
+
+    async def scenario() -> None:
+        rec = recorder(store)
+        await rec.record_missed(JOB, [TICK], holder="operator", token=None, reason="late")
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=3, now=TICK)
+        assert run is not None
+        rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)
+        assert await rec.flush(timeout=5)
+
+    asyncio.run(scenario())
+    [record] = store.items.values()
+    assert record["status"]["outcome"] == "Succeeded" and record["spec"]["holder"] == "a"
+
+
+def test_a_full_queue_sends_the_record_back_to_the_start_path() -> None:
+    store = CountingJobRuns()
+    store.failures = 10**6  # nothing is written while the queue fills
+
+    async def scenario() -> list[bool]:
+        rec = recorder(store)
+        limit, _deferred.DEFERRED_LIMIT = _deferred.DEFERRED_LIMIT, 2
+        try:
+            queued = [
+                rec.deferred.start(
+                    JOB, tick=TICK + timedelta(seconds=k), holder="a", token=k, now=TICK
+                )
+                for k in range(3)
+            ]
+        finally:
+            _deferred.DEFERRED_LIMIT = limit
+            await rec.close()
+        return [q is not None for q in queued]
+
+    assert asyncio.run(scenario()) == [True, True, False]
