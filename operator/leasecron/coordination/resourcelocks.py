@@ -25,7 +25,8 @@ from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
 
 ROLE_JOB = "job"
 ROLE_LEADER = "leader"
-LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER})"
+ROLE_SHARD = "shard"
+LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER},{ROLE_SHARD})"
 """The label selector of the Leases a process watches for its locks and electors."""
 
 

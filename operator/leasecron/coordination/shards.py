@@ -30,7 +30,7 @@ from typing import Unpack
 from leasecron.coordination._views import LeaseCache, LeaseView
 from leasecron.coordination.grants import Grant
 from leasecron.coordination.locks import Skipped, TickLock
-from leasecron.coordination.resourcelocks import LeaseStoreLike, PartyOptions
+from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseStoreLike, PartyOptions
 from leasecron.kube.clients import Kube
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import expires_at, grant_live
@@ -50,6 +50,8 @@ def shard_config(lease_duration_s: int = DEFAULT_SHARD_LEASE_S) -> LockConfig:
 class ShardLock(TickLock):
     """Claims of the instants of one shard, by one replica, and the holding of the shard
     while runs under those claims go."""
+
+    role = ROLE_SHARD
 
     def __init__(
         self,
