@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.coordination.members import MemberLease, live_members, member_selector
@@ -21,6 +23,7 @@ from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import Clock
+from leasecron.models.names import ANNOTATION_HANDLERS
 
 _log = get_logger("leasecron.runtime.membership")
 

@@ -32,7 +32,7 @@ from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
 from leasecron.models.shards import due_at, group_by_shard, shard_key, shard_lease_name, shard_of
 from leasecron.models.specs import ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._once import _record_missed
+from leasecron.runtime._once import _ENDED, _LATE, _record_missed
 from leasecron.runtime._planning import (
     NextTick,
     TickPlan,
@@ -371,10 +371,12 @@ class ShardTicks:
         unlink = services.stop_when_lost(fence.lost, control)
         watchdog = asyncio.get_running_loop().create_task(fence.watch())
         try:
-            if plan.missed:
-                await _record_missed(services, job, plan, grant.token)
-            for tick in plan.run:
+            await _record_missed(services, job, plan.missed, grant.token, reason=_LATE)
+            for index, tick in enumerate(plan.run):
                 if control.stopping or not fence.held:
+                    # The shard Lease records these ticks as claimed: nobody else runs them.
+                    unrun = plan.run[index:]
+                    await _record_missed(services, job, unrun, grant.token, reason=_ENDED)
                     return
                 claimed = tick == plan.claimed
                 delay = jitter_delay(job.name, tick, job.spec.jitter) if claimed else 0.0
