@@ -12,7 +12,8 @@ The protocol with the parent (`_processes.ReplicaGroup`), one JSON object per li
 - parent -> replica (stdin): ticks: {"epoch": <wall time of tick 0>}. Closing stdin asks the
   replica to finish and exit.
 Logs go to stderr. Uses $KUBECONFIG. With $LEASECRON_BENCH_PROFILE set to a directory, the
-replica runs under cProfile and writes `<identity>.prof` there.
+replica runs under cProfile and writes `<identity>.prof` there; $LEASECRON_BENCH_LOG_LEVEL sets its
+log level (default warning).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--starting-deadline", type=float, default=60.0, help="ticks: seconds")
     p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
     p.add_argument("--shards", type=int, default=16, help="ticks through runtime: shards")
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-level", default=os.environ.get("LEASECRON_BENCH_LOG_LEVEL", "warning"))
     return p
 
 

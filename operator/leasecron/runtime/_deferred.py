@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 _log = get_logger("leasecron.runtime.records")
 DEFERRED_LIMIT = 10_000
-WRITERS = 8
+WRITERS = 3
 """Records written concurrently (the API server takes a few hundred writes per second)."""
 _RETRY_FIRST, _RETRY_CAP = 0.25, 2.0
 
