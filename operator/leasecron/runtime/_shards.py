@@ -42,6 +42,7 @@ from leasecron.runtime._planning import (
 )
 from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._shardfences import RunFence, ShardFloors
+from leasecron.runtime._ticks import stop_run
 
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
@@ -141,18 +142,7 @@ class ShardTicks:
             await lock.close()
 
     async def _stop_running(self, entry: _Entry, reason: StopReason) -> None:
-        if entry.running is None or entry.running[0].done():
-            return
-        running, control = entry.running
-        grace = self._services.grace_period
-        if reason is StopReason.STOPPING:
-            await asyncio.wait([running], timeout=grace * 0.8)
-            grace *= 0.2
-        control.request_stop(reason, grace=grace)
-        await asyncio.wait([running], timeout=grace + 5.0)
-        if not running.done():
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+        await stop_run(entry.running, reason=reason, grace=self._services.grace_period)
 
     # --- the timer ----------------------------------------------------------------------------
 

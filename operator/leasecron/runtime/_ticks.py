@@ -6,7 +6,8 @@ for it plus the job's jitter, and hands it to the bucket's dispatch as a task, s
 never waits on the API server. It re-plans at once when the spec changes, starts nothing while
 the job is suspended, and never overlaps the job with itself on this replica (a tick that
 comes while the previous run still goes waits for it, and starts if it still can by its
-startingDeadline). It does not decide which replica runs a tick: the dispatch does.
+startingDeadline). It does not decide which replica runs a tick: the dispatch does. Jobs
+claimed through shards have no TickWorker: one timer for all of them is `_shards.ShardTicks`.
 """
 
 from __future__ import annotations
@@ -92,18 +93,7 @@ class TickWorker:
                 await close()
 
     async def _stop_running(self, reason: StopReason) -> None:
-        if self._running is None or self._running[0].done():
-            return
-        running, control = self._running
-        grace = self._services.grace_period
-        if reason is StopReason.STOPPING:
-            await asyncio.wait([running], timeout=grace * 0.8)
-            grace *= 0.2
-        control.request_stop(reason, grace=grace)
-        await asyncio.wait([running], timeout=grace + 5.0)
-        if not running.done():
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+        await stop_run(self._running, reason=reason, grace=self._services.grace_period)
 
     async def _loop(self) -> None:
         clock = self._services.clock
@@ -169,6 +159,24 @@ class TickWorker:
             if self._changed.is_set():
                 self._changed.clear()
                 return False
+
+
+async def stop_run(
+    running: tuple[asyncio.Task[None], RunControl] | None, *, reason: StopReason, grace: float
+) -> None:
+    """Stop one dispatch's run: at shutdown it may first finish within 80 % of the grace
+    period; then it is asked to stop (the rest of the grace period) and finally cancelled."""
+    if running is None or running[0].done():
+        return
+    task, control = running
+    if reason is StopReason.STOPPING:
+        await asyncio.wait([task], timeout=grace * 0.8)
+        grace *= 0.2
+    control.request_stop(reason, grace=grace)
+    await asyncio.wait([task], timeout=grace + 5.0)
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def _catch_up(job: ScheduledJob) -> CatchUpPolicy:
