@@ -218,8 +218,13 @@ class ShardLock(TickLock):
                 if grant is not None and not grant.released:
                     await self.release(grant)
 
-    async def close(self) -> None:
+    async def close(self, *, release_within: float = 2.0) -> None:
+        """Stop holding: when nothing uses the shard any more, its release gets up to
+        `release_within` seconds (so the others need not wait for it to expire); then
+        renewals stop and the Lease, if still ours, simply expires."""
         keeper, self._keeper = self._keeper, None
+        if keeper is not None and not self._uses:
+            await asyncio.wait([keeper], timeout=release_within)
         if keeper is not None:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

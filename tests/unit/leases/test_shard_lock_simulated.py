@@ -130,3 +130,19 @@ def test_waiting_for_a_shard_ends_without_a_claim_when_its_holder_takes_the_inst
             return await waiting
 
     assert simulate(server.clock, main) is False
+
+
+def test_closing_a_lock_whose_runs_ended_frees_the_shard_instead_of_letting_it_expire() -> None:
+    server = FakeLeaseServer(FakeClock())
+
+    async def main() -> None:
+        a = shard(server, "a")
+        grant = await a.try_claim(T0)
+        assert isinstance(grant, Grant)
+        async with a.use(grant):
+            await asyncio.sleep(0.5)
+        await a.close()
+
+    simulate(server.clock, main)
+    stored = server.stored(NS, LEASE)
+    assert stored is not None and stored["spec"]["holderIdentity"] == ""
