@@ -1,22 +1,20 @@
 """A replica process for the e2e tests: started with the test cluster's kubeconfig, its JSON
-event lines on stdout collected by a reader thread, so a test can wait on what it reports
-instead of sleeping."""
+event lines on stdout collected in `lines`, so a test can wait on what it reports instead of
+sleeping. Starting, signalling and stopping are `leasecron.testing`'s `ChildProcess`."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from leasecron.testing import ChildProcess
 
 
-class ReplicaProcess:
+class ReplicaProcess(ChildProcess):
     """`python SCRIPT ARGS...` with its stdout JSON lines gathered in `lines`."""
 
     def __init__(
@@ -24,75 +22,46 @@ class ReplicaProcess:
         script: Path,
         args: Sequence[str],
         *,
+        name: str,
         kubeconfig: Path,
-        log: IO[str],
+        log_path: Path,
         env: Mapping[str, str] | None = None,
         stdin: bool = False,
         changed: threading.Condition | None = None,
     ) -> None:
         """`changed`: a condition shared by a group of replicas, to wait on all of them at
         once with `wait_group` (each replica gets its own otherwise)."""
-        environment = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "PYTHONUNBUFFERED": "1",
-            **(env or {}),
-        }
-        self.process = subprocess.Popen(
-            [sys.executable, str(script), *args],
-            stdin=subprocess.PIPE if stdin else None,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=environment,
-        )
         self.lines: list[dict[str, Any]] = []
         self._changed = changed if changed is not None else threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        super().__init__(
+            name=name,
+            argv=[sys.executable, str(script), *args],
+            log_path=log_path,
+            env={"KUBECONFIG": str(kubeconfig), **(env or {})},
+            stdin=stdin,
+            on_line=self._append,
+            on_eof=self._notify,
+        )
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # not one of the replica's events
-            with self._changed:
-                self.lines.append(event)
-                self._changed.notify_all()
+    def _append(self, event: dict[str, Any], _received: float) -> None:
+        with self._changed:
+            self.lines.append(event)
+            self._changed.notify_all()
+
+    def _notify(self) -> None:
         with self._changed:
             self._changed.notify_all()
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         with self._changed:
-            return [line for line in self.lines if line["event"] == kind]
+            return [line for line in self.lines if line.get("event") == kind]
 
     def wait_until(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float) -> None:
         """Wait until `predicate(lines)` holds; fails when the time is up or the replica is gone."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(self.lines):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.gone():
-                    raise AssertionError(f"replica never got there in {timeout}s: {self.lines}")
-                self._changed.wait(remaining)
+        wait_group([self], lambda: predicate(self.lines), timeout, f"{self.name} ({self.lines})")
 
     def gone(self) -> bool:
-        return self.process.poll() is not None and not self._reader.is_alive()
-
-    def signal(self, number: int) -> None:
-        self.process.send_signal(number)
-
-    def kill(self) -> None:
-        """SIGCONT (a stopped process cannot die otherwise) and SIGKILL; close the pipes."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.kill()
-        self.process.wait(10)
-        for stream in (self.process.stdin, self.process.stdout):
-            if stream is not None:
-                stream.close()
+        return not self.alive() and self.reader_done()
 
 
 def wait_group(
@@ -106,6 +75,8 @@ def wait_group(
     with changed:
         while not predicate():
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or any(r.gone() for r in group):
-                raise AssertionError(f"{what}: not within {timeout}s")
+            gone = [r for r in group if r.gone()]
+            if remaining <= 0 or gone:
+                tails = "".join(f"\n{r.name} log:\n{r.log_tail()}" for r in gone)
+                raise AssertionError(f"{what}: not within {timeout}s{tails}")
             changed.wait(remaining)

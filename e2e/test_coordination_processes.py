@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, CoordinationV1Api
@@ -30,8 +30,10 @@ PERIOD = 0.1  # tick period of the `ticks` cases: short, and one this machine ke
 class Replica(ReplicaProcess):
     """One `_coord_replica.py` process; commands go in on stdin."""
 
-    def __init__(self, args: list[str], *, kubeconfig: Path, log: IO[str]) -> None:
-        super().__init__(SCRIPT, args, kubeconfig=kubeconfig, log=log, stdin=True)
+    def __init__(self, args: list[str], *, name: str, kubeconfig: Path, log_path: Path) -> None:
+        super().__init__(
+            SCRIPT, args, name=name, kubeconfig=kubeconfig, log_path=log_path, stdin=True
+        )
 
     def wait_for(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float
@@ -40,22 +42,16 @@ class Replica(ReplicaProcess):
         self.wait_until(lambda lines: any(predicate(line) for line in lines), timeout)
         return next(line for line in self.lines if predicate(line))
 
-    def send(self, text: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(text + "\n")
-        self.process.stdin.flush()
-
-    def stop(self) -> None:
-        self.kill()
-
 
 @pytest.fixture
 def spawn(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Replica]]:
     started: list[Replica] = []
-    log = (tmp_path / "replicas.log").open("w")
 
     def make(*args: str) -> Replica:
-        replica = Replica(list(args), kubeconfig=kubeconfig, log=log)
+        name = f"replica-{len(started)}"
+        replica = Replica(
+            list(args), name=name, kubeconfig=kubeconfig, log_path=tmp_path / f"{name}.log"
+        )
         started.append(replica)
         return replica
 
@@ -63,8 +59,7 @@ def spawn(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Replica]]:
         yield make
     finally:
         for replica in started:
-            replica.stop()
-        log.close()
+            replica.kill()
 
 
 def run_ticks(

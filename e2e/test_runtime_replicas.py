@@ -8,13 +8,13 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from threading import Condition
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -34,19 +34,14 @@ class Replica(ReplicaProcess):
     """One `_runtime_replica.py` process named `replica-<index>`."""
 
     def __init__(
-        self,
-        index: int,
-        *,
-        namespace: str,
-        kubeconfig: Path,
-        log: IO[str],
-        changed: threading.Condition,
+        self, index: int, *, namespace: str, kubeconfig: Path, workdir: Path, changed: Condition
     ) -> None:
         super().__init__(
             SCRIPT,
             ["--namespace", namespace],
+            name=f"replica-{index}",
             kubeconfig=kubeconfig,
-            log=log,
+            log_path=workdir / f"replica-{index}.log",
             env={"POD_NAME": f"replica-{index}"},
             changed=changed,
         )
@@ -56,20 +51,18 @@ class Replica(ReplicaProcess):
 
     def terminate(self) -> None:
         """SIGTERM (again: harmless), then wait for the graceful stop."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        self.process.wait(30)
-        self._reader.join(5)
+        self.signal(signal.SIGTERM)
+        self.wait(timeout=30)
+        self.join_reader(timeout=5)
 
 
 @pytest.fixture
 def replicas(
     kubeconfig: Path, namespace: str, leasecron_crds: list[str], tmp_path: Path
 ) -> Iterator[list[Replica]]:
-    log = (tmp_path / "replicas.log").open("w")
-    changed = threading.Condition()  # one for the group: a test waits on all three at once
+    changed = Condition()  # one for the group: a test waits on all three at once
     group = [
-        Replica(i, namespace=namespace, kubeconfig=kubeconfig, log=log, changed=changed)
+        Replica(i, namespace=namespace, kubeconfig=kubeconfig, workdir=tmp_path, changed=changed)
         for i in range(3)
     ]
     try:
@@ -79,7 +72,6 @@ def replicas(
     finally:
         for replica in group:
             replica.kill()
-        log.close()
 
 
 def create_job(api: Any, namespace: str, manifest: dict[str, Any]) -> None:
@@ -91,7 +83,7 @@ def create_job(api: Any, namespace: str, manifest: dict[str, Any]) -> None:
 def terminate_all(group: list[Replica]) -> None:
     """SIGTERM to every replica at once, then wait for their graceful stops."""
     for replica in group:
-        replica.process.send_signal(signal.SIGTERM)
+        replica.signal(signal.SIGTERM)
     for replica in group:
         replica.terminate()
 
@@ -198,11 +190,11 @@ def test_a_single_owner_job_has_one_owner_at_every_instant_and_hands_over_on_sig
     owner = _wait_owner(alive, after=0.0)
     for _ in range(2):
         sent = time.time()
-        owner.process.send_signal(signal.SIGTERM)
+        owner.signal(signal.SIGTERM)
         alive.remove(owner)
         successor = _wait_owner(alive, after=sent)
         handovers.append((sent, _last_start(successor)))
-        owner.process.wait(30)
+        owner.wait(timeout=30)
         owner = successor
     terminate_all(alive)
     terms = _terms(replicas)

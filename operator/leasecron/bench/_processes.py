@@ -4,27 +4,24 @@ Each replica is `python -m leasecron.bench._replica ...`, talking to the API ser
 writes one JSON object per line on stdout, which a reader thread turns into `Message`s in one
 queue for the whole group, stamped with the parent's wall time. The parent writes JSON lines
 to a replica's stdin (for example the shared start instant); a replica exits when its stdin
-closes, so nothing outlives the parent. Logs (stderr) go to one file per replica.
+closes. Starting, signalling and stopping are `leasecron.testing`'s `ChildProcess` (own
+session, parent-death signal). Logs (stderr) go to one file per replica.
 
 It does not interpret messages beyond "event"; the benchmarks do.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import queue
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
+
+from leasecron.testing._children import ChildProcess, stop_children
 
 REPLICA_MODULE = "leasecron.bench._replica"
 EOF_EVENT = "eof"
@@ -49,8 +46,8 @@ class Message:
         return str(self.data.get("event", ""))
 
 
-class ReplicaProcess:
-    """One replica: its process, its stdin, and a thread feeding its stdout to `inbox`."""
+class ReplicaProcess(ChildProcess):
+    """One replica: a `ChildProcess` whose stdout lines go to its group's `inbox`."""
 
     def __init__(
         self,
@@ -61,76 +58,17 @@ class ReplicaProcess:
         log_path: Path,
         inbox: queue.Queue[Message],
     ) -> None:
-        self.name = name
-        self.log_path = log_path
         self.expected_exit = False
         """Set when the benchmark ends this replica on purpose: its EOF is then no error."""
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", REPLICA_MODULE, *argv],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-            )
-        self._reader = threading.Thread(
-            target=self._read, args=(inbox,), name=f"bench {name}", daemon=True
+        super().__init__(
+            name=name,
+            argv=[sys.executable, "-m", REPLICA_MODULE, *argv],
+            log_path=log_path,
+            env=env,
+            stdin=True,
+            on_line=lambda data, received: inbox.put(Message(name, data, received)),
+            on_eof=lambda: inbox.put(Message(name, {"event": EOF_EVENT}, time.time())),
         )
-        self._reader.start()
-
-    def _read(self, inbox: queue.Queue[Message]) -> None:
-        stdout: IO[bytes] | None = self.process.stdout
-        assert stdout is not None
-        for raw in stdout:
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                inbox.put(Message(self.name, data, time.time()))
-        inbox.put(Message(self.name, {"event": EOF_EVENT}, time.time()))
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def send(self, data: dict[str, Any]) -> None:
-        """One JSON line to the replica's stdin."""
-        stdin = self.process.stdin
-        if stdin is None or stdin.closed:
-            raise BenchError(f"{self.name}: stdin is closed")
-        stdin.write(json.dumps(data).encode() + b"\n")
-        stdin.flush()
-
-    def signal(self, signum: signal.Signals) -> None:
-        if self.alive():
-            os.kill(self.pid, signum)
-
-    def stop(self, *, grace: float = 5.0) -> None:
-        """Close stdin (the replica's cue to exit), then SIGTERM, then SIGKILL."""
-        if self.process.stdin is not None and not self.process.stdin.closed:
-            with contextlib.suppress(OSError):
-                self.process.stdin.close()
-        for signum in (None, signal.SIGTERM, signal.SIGKILL):
-            if signum is not None:
-                self.signal(signum)
-            try:
-                self.process.wait(timeout=grace)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        self._reader.join(timeout=grace)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 class ReplicaGroup:
@@ -139,7 +77,8 @@ class ReplicaGroup:
 
     def __init__(self, *, kubeconfig: str, workdir: Path) -> None:
         self.workdir = workdir
-        self.env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONUNBUFFERED": "1"}
+        self.env = {"KUBECONFIG": kubeconfig}
+        """Set for every replica, over the parent's environment."""
         self.replicas: dict[str, ReplicaProcess] = {}
         self.history: list[Message] = []
         self._unclaimed: list[Message] = []
@@ -196,8 +135,7 @@ class ReplicaGroup:
     def stop(self) -> None:
         for replica in self.replicas.values():
             replica.expected_exit = True
-        for replica in self.replicas.values():
-            replica.stop()
+        stop_children(self.replicas.values(), grace=5.0)
 
     def __enter__(self) -> ReplicaGroup:
         return self

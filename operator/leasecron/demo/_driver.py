@@ -157,7 +157,7 @@ class _Demo:
         while len(self.state.ready) < self.options.replicas:
             if time.monotonic() - began > self.options.ready_timeout:
                 waiting = [r for r in self.replicas.all if r.pod not in self.state.ready]
-                tails = "\n".join(f"{r.pod}:\n{r.log_tail()}" for r in waiting)
+                tails = "\n".join(f"{r.pod}:\n{r.log_tail(lines=10)}" for r in waiting)
                 raise DemoError(
                     f"only {len(self.state.ready)} of {self.options.replicas} replicas ready "
                     f"after {self.options.ready_timeout:g}s; their logs end with:\n{tails}"
@@ -165,8 +165,8 @@ class _Demo:
             for replica in self.replicas.all:
                 if not replica.alive():
                     raise DemoError(
-                        f"{replica.pod} exited with code {replica.popen.returncode} before it "
-                        f"was ready:\n{replica.log_tail()}"
+                        f"{replica.pod} exited with code {replica.returncode} before it "
+                        f"was ready:\n{replica.log_tail(lines=10)}"
                     )
             self._pump(until=time.time() + 0.2)
         names = ", ".join(
@@ -267,8 +267,8 @@ class _Demo:
                 continue
             self._reported_dead.add(replica.pod)
             self.say(
-                f"[demo] {replica.pod} exited unexpectedly (code {replica.popen.returncode}):"
-                f"\n{replica.log_tail()}"
+                f"[demo] {replica.pod} exited unexpectedly (code {replica.returncode}):"
+                f"\n{replica.log_tail(lines=10)}"
             )
 
     def _summary(self, window: Window) -> Summary:

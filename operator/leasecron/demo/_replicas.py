@@ -3,28 +3,25 @@
 Each replica is `python -m leasecron.demo.example_app` with `POD_NAME` (replica-1, replica-2,
 ...; a replacement gets the next number, as a new pod would), `POD_NAMESPACE` and `KUBECONFIG`
 set, its stdout read line by line into one queue of `Event`s and its stderr (the structlog
-JSON) kept in `<workdir>/<pod>.log`. Replicas run in their own sessions, so a Ctrl-C at the
-terminal reaches only the driver, which then stops them; with `setpriv` available the kernel
-also kills them if the driver dies.
+JSON) kept in `<workdir>/<pod>.log`. The processes are `leasecron.testing`'s `ChildProcess`:
+own sessions, so a Ctrl-C at the terminal reaches only the driver, which then stops them; with
+`setpriv` available the kernel also kills them if the driver dies.
 
-Owns starting, killing and stopping those processes. Does not interpret the events.
+Owns naming, starting and stopping the replicas and turning their lines into `Event`s. Does not
+interpret the events.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import queue
-import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from leasecron.testing._children import ChildProcess, stop_children
 
 _APP = "leasecron.demo.example_app"
 
@@ -52,7 +49,12 @@ def parse_event(*, pod: str, line: str, received: float) -> Event | None:
         data = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+    return event_of(pod=pod, data=data, received=received) if isinstance(data, dict) else None
+
+
+def event_of(*, pod: str, data: dict[str, Any], received: float) -> Event | None:
+    """The Event of one JSON object from a replica, None when it is not one of ours."""
+    if not isinstance(data.get("event"), str):
         return None
     token = data.get("token")
     known = {"event", "replica", "ts", "job", "tick", "token", "outcome"}
@@ -70,29 +72,36 @@ def parse_event(*, pod: str, line: str, received: float) -> Event | None:
     )
 
 
-class Replica:
-    """One running example-app process."""
+class Replica(ChildProcess):
+    """One running example-app process, named by its pod."""
 
-    def __init__(self, *, pod: str, popen: subprocess.Popen[str], log_path: Path) -> None:
-        self.pod = pod
-        self.popen = popen
-        self.log_path = log_path
+    def __init__(
+        self,
+        *,
+        pod: str,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        events: queue.Queue[Event],
+    ) -> None:
         self.identity = ""
         """Filled in from its `ready` event."""
+        super().__init__(
+            name=pod,
+            argv=argv,
+            log_path=log_path,
+            env=env,
+            on_line=lambda data, received: self._put(events, data, received),
+        )
 
     @property
-    def pid(self) -> int:
-        return self.popen.pid
+    def pod(self) -> str:
+        return self.name
 
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log_tail(self, *, lines: int = 10) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+    def _put(self, events: queue.Queue[Event], data: dict[str, Any], received: float) -> None:
+        event = event_of(pod=self.name, data=data, received=received)
+        if event is not None:
+            events.put(event)
 
 
 class Replicas:
@@ -108,52 +117,37 @@ class Replicas:
         self._workdir = workdir
         self.events: queue.Queue[Event] = queue.Queue()
         self.all: list[Replica] = []
-        self._readers: list[threading.Thread] = []
 
     def start(self) -> Replica:
         """Start the next replica (`replica-<n>`); its events arrive on `events`."""
         pod = f"replica-{len(self.all) + 1}"
-        env = dict(os.environ)
-        env.update(
-            POD_NAME=pod,
-            POD_NAMESPACE=self._namespace,
-            KUBECONFIG=str(self._kubeconfig),
-            PYTHONUNBUFFERED="1",
+        replica = Replica(
+            pod=pod,
+            argv=[
+                sys.executable,
+                "-m",
+                _APP,
+                "--group",
+                self._group,
+                "--ledger",
+                str(self._ledger),
+            ],
+            env={
+                "POD_NAME": pod,
+                "POD_NAMESPACE": self._namespace,
+                "KUBECONFIG": str(self._kubeconfig),
+            },
+            log_path=self._workdir / f"{pod}.log",
+            events=self.events,
         )
-        argv = [sys.executable, "-m", _APP, "--group", self._group, "--ledger", str(self._ledger)]
-        log_path = self._workdir / f"{pod}.log"
-        with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                [*_pdeathsig_prefix(), *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-                text=True,
-                start_new_session=True,
-            )
-        replica = Replica(pod=pod, popen=popen, log_path=log_path)
         self.all.append(replica)
-        assert popen.stdout is not None
-        reader = threading.Thread(
-            target=self._read, args=(pod, popen.stdout), name=f"demo-{pod}", daemon=True
-        )
-        reader.start()
-        self._readers.append(reader)
         return replica
-
-    def _read(self, pod: str, stream: IO[str]) -> None:
-        with contextlib.suppress(ValueError, OSError):  # closed under us at shutdown
-            for line in stream:
-                event = parse_event(pod=pod, line=line, received=time.time())
-                if event is not None:
-                    self.events.put(event)
 
     def wait_readers(self, *, timeout: float) -> None:
         """Wait (bounded) until every stopped replica's stdout has been read to its end."""
         deadline = time.monotonic() + timeout
-        for reader in self._readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
+        for replica in self.all:
+            replica.join_reader(timeout=deadline - time.monotonic())
 
     def running(self) -> list[Replica]:
         return [r for r in self.all if r.alive()]
@@ -167,31 +161,10 @@ class Replicas:
     def kill(self, replica: Replica) -> float:
         """SIGKILL one replica (no cleanup, no release); the wall time of the kill."""
         killed_at = time.time()
-        if replica.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(replica.pid, signal.SIGKILL)
-        replica.popen.wait()
+        replica.kill()
         return killed_at
 
     def stop_all(self, *, grace_seconds: float) -> None:
         """SIGTERM every replica at once (they hand over and exit), SIGKILL what is left after
         `grace_seconds`. Idempotent."""
-        for replica in self.running():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(replica.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_seconds
-        for replica in self.all:
-            try:
-                replica.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(replica.pid, signal.SIGKILL)
-                replica.popen.wait()
-
-
-def _pdeathsig_prefix() -> list[str]:
-    """`setpriv --pdeathsig KILL --` when usable from this thread (see the module docstring)."""
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+        stop_children(self.all, grace=grace_seconds)

@@ -1,4 +1,5 @@
-"""Public test helpers: a throwaway local control plane, and pytest fixtures for it
+"""Public test helpers: a throwaway local control plane, child processes that speak JSON lines
+(`ChildProcess`: a replica of your app under test), and pytest fixtures for the cluster
 (`leasecron.testing.pytest_plugin`, enabled with `-p leasecron.testing.pytest_plugin` or
 `pytest_plugins = [...]`). Needs the testing extra: `pip install 'leasecron[testing]'`.
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         ensure_assets,
         find_assets,
     )
+    from leasecron.testing._children import ChildProcess, stop_children
     from leasecron.testing._manifests import (
         apply_leasecron_crds,
         apply_manifests,
@@ -47,6 +49,8 @@ _EXPORTS = {
     "cache_dir": "leasecron.testing._assets",
     "ensure_assets": "leasecron.testing._assets",
     "find_assets": "leasecron.testing._assets",
+    "ChildProcess": "leasecron.testing._children",
+    "stop_children": "leasecron.testing._children",
     "apply_leasecron_crds": "leasecron.testing._manifests",
     "apply_manifests": "leasecron.testing._manifests",
     "load_manifests": "leasecron.testing._manifests",
@@ -66,6 +70,7 @@ _EXPORTS = {
 __all__ = [
     "KUBERNETES_VERSION",
     "Assets",
+    "ChildProcess",
     "ClusterAccess",
     "ControlPlane",
     "ControlPlaneError",
@@ -84,6 +89,7 @@ __all__ = [
     "find_assets",
     "kubeconfig_via",
     "load_manifests",
+    "stop_children",
     "wait_crd_established",
     "write_kubeconfig",
 ]

@@ -18,7 +18,6 @@ import contextlib
 import itertools
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+
+from leasecron.testing._children import log_tail, pdeathsig_prefix, signal_group
 
 Cleanup = Callable[[], None]
 _LOWEST_PORT = 10_000
@@ -162,17 +163,6 @@ class _Reaper:
 REAPER = _Reaper()
 
 
-def _pdeathsig_prefix() -> list[str]:
-    """`setpriv --pdeathsig KILL` when usable: the kernel kills the child if we die.
-
-    The signal fires when the *thread* that started the child ends, so only the main thread
-    asks for it. setpriv execs the binary, so the pid stays the component's own."""
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
-
-
 @dataclass(frozen=True, kw_only=True)
 class ProcessSpec:
     """What to run for one component and where its output goes."""
@@ -193,7 +183,7 @@ class ManagedProcess:
             log.flush()
             try:
                 self._popen = subprocess.Popen(
-                    [*_pdeathsig_prefix(), *spec.argv],
+                    [*pdeathsig_prefix(), *spec.argv],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -224,27 +214,18 @@ class ManagedProcess:
         """SIGTERM then (after `grace_seconds`) SIGKILL the process group; idempotent."""
         REAPER.unregister(self._token)
         if self._popen.poll() is None and grace_seconds > 0:
-            _signal_group(self._popen.pid, signal.SIGTERM)
+            signal_group(self._popen.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(timeout=grace_seconds)
         # Kill the group even when the leader is gone: a forked helper may still be in it.
-        _signal_group(self._popen.pid, signal.SIGKILL)
+        signal_group(self._popen.pid, signal.SIGKILL)
         self._popen.wait()
 
     def log_tail(self, *, lines: int = 15) -> str:
-        try:
-            text = self.spec.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.spec.log_path, lines=lines)
 
     def log_contains(self, needle: str) -> bool:
         try:
             return needle in self.spec.log_path.read_text(errors="replace")
         except OSError:
             return False
-
-
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
