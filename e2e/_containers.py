@@ -10,14 +10,12 @@ cluster (the `controlplane` fixture does).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -27,26 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "leasecron"
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-T = TypeVar("T")
-
-
-def poll(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    """The first truthy `check()` within `timeout` seconds (polled every 100 ms)."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"not {what} within {timeout}s (last: {last!r})")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True, kw_only=True)

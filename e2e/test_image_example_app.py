@@ -22,11 +22,10 @@ from _containers import (
     container_of,
     kubectl_apply,
     lease_holder,
-    poll,
 )
 from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip, start_as_pod
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, LABEL_JOB, VERSION, job_lease_name
-from leasecron.testing import ControlPlane, find_assets
+from leasecron.testing import ControlPlane, find_assets, poll
 
 pytestmark = [pytest.mark.e2e, NEEDS_IMAGE]
 EXAMPLE_APP = ROOT / "examples" / "app"

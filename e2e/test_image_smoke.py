@@ -33,10 +33,8 @@ from _containers import (
     Engine,
     Helm,
     container_of,
-    free_port,
     lease_holder,
     metric_total,
-    poll,
 )
 from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip, start_as_pod
 from leasecron.models.names import (
@@ -45,7 +43,7 @@ from leasecron.models.names import (
     SCHEDULEDJOB_PLURAL,
     VERSION,
 )
-from leasecron.testing import ControlPlane, find_assets
+from leasecron.testing import ControlPlane, find_assets, free_port, poll
 from leasecron.testing.handlers import scheduled_job
 
 pytestmark = [pytest.mark.e2e, NEEDS_IMAGE]

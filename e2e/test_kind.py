@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from _containers import ROOT, Engine, Helm, poll
+from _containers import ROOT, Engine, Helm
 from leasecron.models.names import job_lease_name
-from leasecron.testing import cache_dir, find_assets
+from leasecron.testing import cache_dir, find_assets, poll
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]
 

@@ -52,7 +52,7 @@ class Replica(ReplicaProcess):
     def terminate(self) -> None:
         """SIGTERM (again: harmless), then wait for the graceful stop."""
         self.signal(signal.SIGTERM)
-        self.wait(timeout=30)
+        self.wait_exit(timeout=30)
         self.join_reader(timeout=5)
 
 
@@ -194,7 +194,7 @@ def test_a_single_owner_job_has_one_owner_at_every_instant_and_hands_over_on_sig
         alive.remove(owner)
         successor = _wait_owner(alive, after=sent)
         handovers.append((sent, _last_start(successor)))
-        owner.wait(timeout=30)
+        owner.wait_exit(timeout=30)
         owner = successor
     terminate_all(alive)
     terms = _terms(replicas)

@@ -5,21 +5,19 @@ process does (there is no in-process event to wait on)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 
 from leasecron.bench._operator_process import OperatorSubprocess
+from leasecron.testing import ChildProcess
+from leasecron.testing import poll as poll  # the tests import it from here
 from leasecron.testing.handlers import scheduled_job
 
-T = TypeVar("T")
 GROUP, VERSION = "leasecron.dev", "v1alpha1"
 
 REPLICA = """
@@ -40,18 +38,6 @@ for name in handlers.split(","):
     scheduler.register(name, work)
 scheduler.run_forever()
 """
-
-
-def poll(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    """The first truthy `check()` within `timeout` seconds (polled every 50 ms)."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"not {what} within {timeout}s (last: {last!r})")
 
 
 @contextlib.contextmanager
@@ -84,19 +70,27 @@ def running_replica(
     group: str,
     handlers: str,
     run_seconds: float = 0.1,
-) -> Iterator[subprocess.Popen[bytes]]:
+) -> Iterator[ChildProcess]:
     """A replica: leasecron's Scheduler in its own process, each run taking `run_seconds`."""
-    log = (tmp_path / f"{identity}.log").open("ab")
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    argv = [sys.executable, "-c", REPLICA, group, namespace, identity, str(run_seconds), handlers]
-    replica = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    replica = ChildProcess(
+        name=identity,
+        argv=[
+            sys.executable,
+            "-c",
+            REPLICA,
+            group,
+            namespace,
+            identity,
+            str(run_seconds),
+            handlers,
+        ],
+        log_path=tmp_path / f"{identity}.log",
+        env={"KUBECONFIG": str(kubeconfig)},
+    )
     try:
         yield replica
     finally:
-        if replica.poll() is None:
-            replica.kill()
-        replica.wait()
-        log.close()
+        replica.kill()
 
 
 def apply_job(api: ApiClient, namespace: str, name: str, **spec: Any) -> dict[str, Any]:

@@ -9,11 +9,10 @@ import signal
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from leasecron.testing import ChildProcess, stop_children
+from leasecron.testing import ChildProcess, poll, stop_children
 
 PRINTS = """
 import json, sys
@@ -76,7 +75,7 @@ def test_json_objects_on_stdout_reach_on_line_and_other_lines_are_skipped(
 ) -> None:
     seen = Collected()
     child = start(tmp_path, PRINTS, seen)
-    assert child.wait(timeout=30) == 0
+    assert child.wait_exit(timeout=30) == 0
     assert child.join_reader(timeout=30)
     assert [x["event"] for x in seen.lines] == ["a", "b"]
     assert seen.eof
@@ -140,11 +139,9 @@ def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
     grandchild = int(seen.lines[0]["pid"])
     assert _running(grandchild)
     os.kill(parent.pid, signal.SIGKILL)  # no cleanup in the parent: only the kernel can help
-    parent.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while _running(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)  # another process's end: nothing to wait on but its /proc entry
-    assert not _running(grandchild), parent.log_tail()
+    parent.wait_exit(timeout=30)
+    # Another process's end: nothing to wait on but its /proc entry.
+    poll(lambda: not _running(grandchild), timeout=30, what="the grandchild gone")
 
 
 def _running(pid: int) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -17,6 +16,7 @@ from kubernetes.client import ApiClient
 from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
+from leasecron.testing import free_port
 from leasecron.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
@@ -190,17 +190,10 @@ def test_the_informer_reconnects_after_an_api_server_restart(
     run(scenario)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.fixture(scope="module")
 def private_controlplane() -> Iterator[tuple[ControlPlane, int]]:
     """A control plane of this module's own, with a known etcd port to write etcd directly."""
-    port = _free_port()
+    port = free_port()
     with ControlPlane(controller_manager=False, etcd_port=port) as plane:
         yield plane, port
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
 from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, job_lease_name
 from leasecron.runtime import Tuning
-from leasecron.testing import apply_manifests
+from leasecron.testing import apply_manifests, poll
 from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
 
 pytestmark = pytest.mark.integration
@@ -30,13 +29,6 @@ def scheduler(kube: Kube, namespace: str) -> Iterator[Scheduler]:
     made = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5)
     yield made
     made.stop()
-
-
-def wait_until(predicate: Callable[[], bool], *, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def lease_exists(api: Any, namespace: str, name: str) -> bool:
@@ -82,7 +74,11 @@ def test_deleting_a_job_stops_it_and_its_lease_and_jobruns_are_garbage_collected
         GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, "job", propagation_policy="Background"
     )
     wait_for_jobruns(kube_api, namespace=namespace, job="job", until=lambda items: not items)
-    wait_until(lambda: not lease_exists(kube_api, namespace, job_lease_name("job")))
+    poll(
+        lambda: not lease_exists(kube_api, namespace, job_lease_name("job")),
+        timeout=30,
+        what="the Lease deleted",
+    )
     deleted_at = job.calls
     assert canary.wait_calls(canary.calls + 3)
     assert job.calls == deleted_at
@@ -142,12 +138,14 @@ def test_suspending_a_single_owner_job_ends_its_term_and_releases_the_lease(
     )
     assert runs[0]["spec"]["holder"] == scheduler.identity
     leases = client.CoordinationV1Api(kube_api)
-    wait_until(
+    poll(
         lambda: (
             not leases.read_namespaced_lease(
                 job_lease_name("poller"), namespace
             ).spec.holder_identity
-        )
+        ),
+        timeout=30,
+        what="the Lease released",
     )
 
 

@@ -1,19 +1,16 @@
 """`leasecron operator` as a child process, with its health and metrics endpoints on free
 loopback ports: what the operator benchmark and the operator's integration tests run.
 
-Owns starting it (own session, so a signal reaches its whole process group), reading its
-probes and Prometheus samples, its CPU time and RSS from /proc (Linux), and stopping it.
+Owns starting it (a `leasecron.testing` `ChildProcess`: own session, so a signal reaches its
+whole process group; killed if the parent dies), reading its probes and Prometheus samples,
+its CPU time and RSS from /proc (Linux), and stopping it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -21,23 +18,14 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from leasecron.testing._children import ChildProcess
+from leasecron.testing._processes import free_port
+
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
 
 
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports nobody listened on a moment ago."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-class OperatorSubprocess:
-    """One `leasecron operator` child process (own session, killed with its group)."""
+class OperatorSubprocess(ChildProcess):
+    """One `leasecron operator` child process: a `ChildProcess` whose output goes to its log."""
 
     def __init__(
         self,
@@ -54,9 +42,8 @@ class OperatorSubprocess:
         log_level: str = "info",
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.health_port, self.metrics_port = _free_ports(2)
+        self.health_port, self.metrics_port = free_port(), free_port()
         self.identity = identity or f"operator-{secrets.token_hex(3)}"
-        self.log_path = log_path
         argv = [
             *_leasecron(),
             "operator",
@@ -73,24 +60,12 @@ class OperatorSubprocess:
             f"--election-retry-period={retry_period}",
             *extra_args,
         ]
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
-            self.popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
+        super().__init__(
+            name=self.identity, argv=argv, log_path=log_path, env={"KUBECONFIG": str(kubeconfig)}
+        )
 
     def exit_code(self) -> int | None:
-        return self.popen.poll()
+        return self.returncode
 
     def get(self, path: str, *, port: int | None = None) -> tuple[int, str]:
         """(status, body) of GET http://127.0.0.1:<port><path>; (0, error) when unreachable."""
@@ -141,24 +116,12 @@ class OperatorSubprocess:
                 total += value
         return total
 
-    def signal(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signum)
-
     def stop(self, *, grace: float = 10.0) -> int:
         """SIGTERM, then SIGKILL after `grace` seconds; the exit code."""
-        if self.popen.poll() is None:
-            self.signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=grace)
-        self.signal(signal.SIGKILL)
-        return self.popen.wait()
+        return super().stop(grace=grace)
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+    def log_tail(self, *, lines: int = 30) -> str:
+        return super().log_tail(lines=lines)
 
     def cpu_seconds(self) -> float:
         """user + system CPU time of the process so far (Linux /proc)."""

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
         load_manifests,
         wait_crd_established,
     )
-    from leasecron.testing._processes import ControlPlaneError
+    from leasecron.testing._polling import poll
+    from leasecron.testing._processes import ControlPlaneError, free_port
     from leasecron.testing._rbac import PolicyRule, create_serviceaccount
     from leasecron.testing._toxiproxy import Proxy, Toxiproxy, kubeconfig_via
     from leasecron.testing.controlplane import ControlPlane
@@ -56,6 +57,8 @@ _EXPORTS = {
     "load_manifests": "leasecron.testing._manifests",
     "wait_crd_established": "leasecron.testing._manifests",
     "ControlPlaneError": "leasecron.testing._processes",
+    "free_port": "leasecron.testing._processes",
+    "poll": "leasecron.testing._polling",
     "PolicyRule": "leasecron.testing._rbac",
     "create_serviceaccount": "leasecron.testing._rbac",
     "ControlPlane": "leasecron.testing.controlplane",
@@ -87,8 +90,10 @@ __all__ = [
     "create_serviceaccount",
     "ensure_assets",
     "find_assets",
+    "free_port",
     "kubeconfig_via",
     "load_manifests",
+    "poll",
     "stop_children",
     "wait_crd_established",
     "write_kubeconfig",

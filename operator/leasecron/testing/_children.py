@@ -148,7 +148,7 @@ class ChildProcess:
         if self.alive():
             signal_group(self.pid, signum)
 
-    def wait(self, *, timeout: float | None = None) -> int:
+    def wait_exit(self, *, timeout: float | None = None) -> int:
         """Its exit code; subprocess.TimeoutExpired when it runs on past `timeout`."""
         return self.popen.wait(timeout=timeout)
 
