@@ -20,8 +20,7 @@ from leasecron.cli._kubectl import (
     make_target,
     mapping,
     output_options,
-    render_objects,
-    render_table,
+    render_listing,
     show,
     target_options,
 )
@@ -142,17 +141,17 @@ def leases(
 
     async def fetch(kube: Kube) -> str:
         objs = await LeaseStore(kube).list(namespace=target.namespace, label_selector=LABEL_ROLE)
-        if output in ("json", "yaml"):
-            return render_objects(_sorted(objs), output)
-        if not objs:
-            where = "any namespace" if target.namespace is None else f"namespace {target.namespace}"
-            return f"No leasecron Leases in {where}."
-        headers = (*LEASE_HEADERS, *LEASE_WIDE) if output == "wide" else LEASE_HEADERS
-        with_namespace = target.namespace is None
-        rows = lease_rows(
-            objs, now=datetime.now(UTC), with_namespace=with_namespace, wide=output == "wide"
+        return render_listing(
+            _sorted(objs),
+            output=output,
+            namespace=target.namespace,
+            kind="leasecron Leases",
+            headers=LEASE_HEADERS,
+            wide=LEASE_WIDE,
+            rows=lambda with_namespace, wide: lease_rows(
+                objs, now=datetime.now(UTC), with_namespace=with_namespace, wide=wide
+            ),
         )
-        return render_table(("NAMESPACE", *headers) if with_namespace else headers, rows)
 
     show(fetch, target=target, watch=watch, what="Leases")
 
@@ -179,16 +178,16 @@ def runs(
         store = ObjectStore(kube, group=GROUP, version=VERSION, plural=JOBRUN_PLURAL)
         selector = f"{LABEL_JOB}={job_label_value(job)}"
         objs = await store.list(namespace=target.namespace, label_selector=selector)
-        if output in ("json", "yaml"):
-            return render_objects(sorted(objs, key=run_start, reverse=True), output)
-        if not objs:
-            where = "any namespace" if target.namespace is None else f"namespace {target.namespace}"
-            return f"No JobRuns of {job} in {where}."
-        headers = (*RUN_HEADERS, *RUN_WIDE) if output == "wide" else RUN_HEADERS
-        with_namespace = target.namespace is None
-        rows = run_rows(
-            objs, now=datetime.now(UTC), with_namespace=with_namespace, wide=output == "wide"
+        return render_listing(
+            sorted(objs, key=run_start, reverse=True),
+            output=output,
+            namespace=target.namespace,
+            kind=f"JobRuns of {job}",
+            headers=RUN_HEADERS,
+            wide=RUN_WIDE,
+            rows=lambda with_namespace, wide: run_rows(
+                objs, now=datetime.now(UTC), with_namespace=with_namespace, wide=wide
+            ),
         )
-        return render_table(("NAMESPACE", *headers) if with_namespace else headers, rows)
 
     show(fetch, target=target, watch=watch, what="JobRuns")

@@ -123,6 +123,30 @@ def render_objects(objects: Sequence[Mapping[str, Any]], output: str) -> str:
     return yaml.safe_dump(listed, sort_keys=False).rstrip()
 
 
+def render_listing(
+    objects: Sequence[Mapping[str, Any]],
+    *,
+    output: str,
+    namespace: str | None,
+    kind: str,
+    headers: Sequence[str],
+    wide: Sequence[str],
+    rows: Callable[[bool, bool], Sequence[Sequence[str]]],
+) -> str:
+    """What a listing command prints: `objects` as JSON/YAML, a sentence when there are none
+    (`No <kind> in namespace x.`), or the table of `rows(with_namespace, wide)` under
+    `headers` (plus `wide` with -o wide, NAMESPACE first when listing all namespaces)."""
+    if output in ("json", "yaml"):
+        return render_objects(objects, output)
+    if not objects:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        return f"No {kind} in {where}."
+    columns = (*headers, *wide) if output == "wide" else tuple(headers)
+    with_namespace = namespace is None
+    table = rows(with_namespace, output == "wide")
+    return render_table(("NAMESPACE", *columns) if with_namespace else columns, table)
+
+
 def show(
     fetch: Callable[[Kube], Awaitable[str]], *, target: Target, watch: bool, what: str
 ) -> None:

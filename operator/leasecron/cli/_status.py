@@ -27,8 +27,7 @@ from leasecron.cli._kubectl import (
     make_target,
     mapping,
     output_options,
-    render_objects,
-    render_table,
+    render_listing,
     show,
     target_options,
 )
@@ -323,22 +322,27 @@ def status(
 
     async def fetch(kube: Kube) -> str:
         jobs, cluster = await _read(kube, target)
-        if output in ("json", "yaml"):
-            return render_objects(jobs, output)
-        if not jobs:
-            where = "any namespace" if target.namespace is None else f"namespace {target.namespace}"
-            return f"No ScheduledJobs in {where}."
-        headers = (*HEADERS, *WIDE) if output == "wide" else HEADERS
-        headers = ("NAMESPACE", *headers) if target.namespace is None else headers
-        rows, notes = status_rows(
+
+        def rows(with_namespace: bool, wide: bool) -> list[list[str]]:
+            table, notes = status_rows(
+                jobs,
+                now=datetime.now(UTC),
+                with_namespace=with_namespace,
+                wide=wide,
+                cluster=cluster,
+            )
+            for note in notes:
+                click.echo(note, err=True)
+            return table
+
+        return render_listing(
             jobs,
-            now=datetime.now(UTC),
-            with_namespace=target.namespace is None,
-            wide=output == "wide",
-            cluster=cluster,
+            output=output,
+            namespace=target.namespace,
+            kind="ScheduledJobs",
+            headers=HEADERS,
+            wide=WIDE,
+            rows=rows,
         )
-        for note in notes:
-            click.echo(note, err=True)
-        return render_table(headers, rows)
 
     show(fetch, target=target, watch=watch, what="ScheduledJobs")

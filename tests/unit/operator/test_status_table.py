@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from leasecron.cli._status import HEADERS, human_delta, render_table, status_rows
+from leasecron.cli._kubectl import render_table
+from leasecron.cli._status import HEADERS, human_delta, status_rows
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
