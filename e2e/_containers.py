@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 import yaml
 from kubernetes import client
 
+from leasecron.testing import run_helm
+
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "leasecron"
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -81,21 +83,8 @@ class Helm:
     home: Path
 
     def run(self, *args: str, kubeconfig: Path | None = None, timeout: float = 300) -> str:
-        env = {
-            **os.environ,
-            "HELM_CACHE_HOME": str(self.home / "cache"),
-            "HELM_CONFIG_HOME": str(self.home / "config"),
-            "HELM_DATA_HOME": str(self.home / "data"),
-        }
-        if kubeconfig is not None:
-            env["KUBECONFIG"] = str(kubeconfig)
-        completed = subprocess.run(
-            [str(self.binary), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        completed = run_helm(
+            self.binary, *args, home=self.home, kubeconfig=kubeconfig, timeout=timeout
         )
         if completed.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)}:\n{completed.stderr}")

@@ -9,7 +9,6 @@ chart's CRD templates run their own control plane (tests/integration/test_chart_
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from leasecron.testing import KUBERNETES_VERSION, ClusterAccess
+from leasecron.testing import KUBERNETES_VERSION, ClusterAccess, run_helm
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "leasecron"
 REPOSITORY_CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -37,22 +36,7 @@ class Helm:
     def run(
         self, *args: str, kubeconfig: Path | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        env = {
-            **os.environ,
-            "HELM_CACHE_HOME": str(self.home / "cache"),
-            "HELM_CONFIG_HOME": str(self.home / "config"),
-            "HELM_DATA_HOME": str(self.home / "data"),
-        }
-        if kubeconfig is not None:
-            env["KUBECONFIG"] = str(kubeconfig)
-        completed = subprocess.run(
-            [str(self.binary), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        completed = run_helm(self.binary, *args, home=self.home, kubeconfig=kubeconfig)
         if check and completed.returncode != 0:
             pytest.fail(f"helm {' '.join(args)} exited {completed.returncode}:\n{completed.stderr}")
         return completed

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         cache_dir,
         ensure_assets,
         find_assets,
+        run_helm,
     )
     from leasecron.testing._children import ChildProcess, stop_children
     from leasecron.testing._manifests import (
@@ -50,6 +51,7 @@ _EXPORTS = {
     "cache_dir": "leasecron.testing._assets",
     "ensure_assets": "leasecron.testing._assets",
     "find_assets": "leasecron.testing._assets",
+    "run_helm": "leasecron.testing._assets",
     "ChildProcess": "leasecron.testing._children",
     "stop_children": "leasecron.testing._children",
     "apply_leasecron_crds": "leasecron.testing._manifests",
@@ -94,6 +96,7 @@ __all__ = [
     "kubeconfig_via",
     "load_manifests",
     "poll",
+    "run_helm",
     "stop_children",
     "wait_crd_established",
     "write_kubeconfig",

@@ -5,8 +5,8 @@ Lookup order: `$LEASECRON_ASSETS` (every binary from there, nothing else), else
 `$KUBEBUILDER_ASSETS` (the envtest convention; a binary it lacks, such as helm or
 kube-controller-manager, falls back to the cache), else the cache that
 `e2e/controlplane/build.sh` fills, `${XDG_CACHE_HOME:-~/.cache}/leasecron/k8s-v1.36.3/`.
-Owns the lookup and, in a checkout of the repository, running the build. Does not check that
-a binary is the version it claims to be.
+Owns the lookup, in a checkout of the repository running the build, and `run_helm` (helm
+with homes of its own). Does not check that a binary is the version it claims to be.
 """
 
 from __future__ import annotations
@@ -62,6 +62,29 @@ class Assets:
 
     def missing(self, names: tuple[str, ...] = BINARIES) -> list[str]:
         return [name for name in names if name not in self.paths]
+
+
+def run_helm(
+    binary: Path,
+    *args: str,
+    home: Path,
+    kubeconfig: Path | None = None,
+    timeout: float = 120.0,
+) -> subprocess.CompletedProcess[str]:
+    """`helm ARGS` with its cache, config and data homes under `home`, so nothing of the
+    user's helm configuration leaks in; stdout and stderr captured, the exit code left for
+    the caller to judge."""
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    return subprocess.run(
+        [str(binary), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _executable(directory: Path, name: str) -> Path | None:
