@@ -6,7 +6,6 @@ the token and the tick, `runs JOB` lists the runs, `-o json|yaml` print the obje
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,13 +22,6 @@ from leasecron.testing.handlers import run_tick_sync, scheduled_job
 
 pytestmark = pytest.mark.integration
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 @pytest.fixture
