@@ -17,7 +17,7 @@ import click
 
 from leasecron.cli._kubectl import (
     NONE,
-    make_target,
+    Target,
     mapping,
     output_options,
     render_listing,
@@ -125,19 +125,13 @@ def run_rows(
 @target_options
 @output_options
 def leases(
-    kubeconfig: str | None,
-    context: str | None,
-    namespace: str | None,
-    all_namespaces: bool,
+    target: Target,
     output: str,
     watch: bool,
 ) -> None:
     """leasecron's Leases: role, job or group, holder, token, expiry, last tick claimed.
 
     The same Leases as `kubectl get leases -l leasecron.dev/role`."""
-    target = make_target(
-        kubeconfig=kubeconfig, context=context, namespace=namespace, all_namespaces=all_namespaces
-    )
 
     async def fetch(kube: Kube) -> str:
         objs = await LeaseStore(kube).list(namespace=target.namespace, label_selector=LABEL_ROLE)
@@ -162,17 +156,11 @@ def leases(
 @output_options
 def runs(
     job: str,
-    kubeconfig: str | None,
-    context: str | None,
-    namespace: str | None,
-    all_namespaces: bool,
+    target: Target,
     output: str,
     watch: bool,
 ) -> None:
     """The JobRuns of ScheduledJob JOB, newest first: tick, holder, token, outcome, duration."""
-    target = make_target(
-        kubeconfig=kubeconfig, context=context, namespace=namespace, all_namespaces=all_namespaces
-    )
 
     async def fetch(kube: Kube) -> str:
         store = ObjectStore(kube, group=GROUP, version=VERSION, plural=JOBRUN_PLURAL)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 import yaml
@@ -65,7 +66,24 @@ def context_namespace(kubeconfig: str | None, context: str | None) -> str:
 
 def target_options(command: F) -> F:
     """Add kubectl's `--kubeconfig`, `--context`, `-n` and `-A` to a click command; the command
-    receives `target: Target`."""
+    receives `target: Target` instead of the four flags."""
+
+    @functools.wraps(command)
+    def with_target(
+        *args: Any,
+        kubeconfig: str | None,
+        context: str | None,
+        namespace: str | None,
+        all_namespaces: bool,
+        **kwargs: Any,
+    ) -> Any:
+        target = make_target(
+            kubeconfig=kubeconfig,
+            context=context,
+            namespace=namespace,
+            all_namespaces=all_namespaces,
+        )
+        return command(*args, target=target, **kwargs)
 
     options = [
         click.option(
@@ -75,9 +93,10 @@ def target_options(command: F) -> F:
         click.option("-n", "--namespace", default=None, help="Namespace [default: the context's]."),
         click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace."),
     ]
+    decorated: Callable[..., Any] = with_target
     for option in reversed(options):
-        command = option(command)
-    return command
+        decorated = option(decorated)
+    return cast(F, decorated)
 
 
 def make_target(

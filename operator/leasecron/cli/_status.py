@@ -24,7 +24,6 @@ import click
 from leasecron.cli._kubectl import (
     NONE,
     Target,
-    make_target,
     mapping,
     output_options,
     render_listing,
@@ -305,10 +304,7 @@ async def _read(kube: Kube, target: Target) -> tuple[list[dict[str, Any]], Clust
 @target_options
 @output_options
 def status(
-    kubeconfig: str | None,
-    context: str | None,
-    namespace: str | None,
-    all_namespaces: bool,
+    target: Target,
     output: str,
     watch: bool,
 ) -> None:
@@ -316,9 +312,6 @@ def status(
 
     Works without the operator: then the columns are read from Leases and JobRuns, and a note
     on stderr says so."""
-    target = make_target(
-        kubeconfig=kubeconfig, context=context, namespace=namespace, all_namespaces=all_namespaces
-    )
 
     async def fetch(kube: Kube) -> str:
         jobs, cluster = await _read(kube, target)
