@@ -7,11 +7,17 @@ timeout, say) defines its own fixture of the same name, which takes precedence."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
+from leasecron.runtime import Tuning
+from leasecron.testing.handlers import run_tick_sync, scheduled_job
+
+ONE_RUN_TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -20,3 +26,18 @@ def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
     made = Kube.from_config(kubeconfig=str(kubeconfig))
     yield made
     made.api_client.rest_client.close()
+
+
+@pytest.fixture
+def one_run(kube: Kube, namespace: str) -> str:
+    """A once-per-tick job `report` that ran tick `ONE_RUN_TICK` in this process: its Lease
+    holds token 1 and the tick, one JobRun records it. The job's name."""
+    scheduler = Scheduler(namespace=namespace, kube=kube, tuning=Tuning(member_duration_s=3))
+
+    def report(ctx: JobContext) -> None:
+        ctx.assert_held()
+
+    scheduler.register("report", report)
+    result = run_tick_sync(scheduler, scheduled_job("report"), tick=ONE_RUN_TICK)
+    assert result.outcome == "Succeeded"
+    return "report"

@@ -6,36 +6,16 @@ the token and the tick, `runs JOB` lists the runs, `-o json|yaml` print the obje
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from leasecron import JobContext, Scheduler
 from leasecron.cli import kubectl_plugin
 from leasecron.cli._status import NO_OPERATOR
-from leasecron.kube.clients import Kube
-from leasecron.runtime import Tuning
-from leasecron.testing.handlers import run_tick_sync, scheduled_job
 
 pytestmark = pytest.mark.integration
-TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def one_run(kube: Kube, namespace: str) -> str:
-    """A once-per-tick job `report` that ran one tick: its Lease holds token 1 and the tick."""
-    scheduler = Scheduler(namespace=namespace, kube=kube, tuning=Tuning(member_duration_s=3))
-
-    def report(ctx: JobContext) -> None:
-        ctx.assert_held()
-
-    scheduler.register("report", report)
-    result = run_tick_sync(scheduler, scheduled_job("report"), tick=TICK)
-    assert result.outcome == "Succeeded"
-    return "report"
 
 
 def plugin(*args: str) -> Result:

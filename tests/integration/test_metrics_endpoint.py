@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
 import leasecron
-from leasecron import JobContext, Scheduler
-from leasecron.kube.clients import Kube
-from leasecron.runtime import Tuning
-from leasecron.testing.handlers import run_tick_sync, scheduled_job
 
 pytestmark = pytest.mark.integration
-TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -34,17 +28,8 @@ def _scrape(port: int) -> list[str]:
 
 
 def test_serve_metrics_exposes_a_runs_counter_labelled_with_the_job(
-    kube: Kube, namespace: str, metrics_server: leasecron.MetricsServer
+    metrics_server: leasecron.MetricsServer, one_run: str, namespace: str
 ) -> None:
-    scheduler = Scheduler(namespace=namespace, kube=kube, tuning=Tuning(member_duration_s=3))
-
-    def report(ctx: JobContext) -> None:
-        ctx.assert_held()
-
-    scheduler.register("report", report)
-    result = run_tick_sync(scheduler, scheduled_job("report"), tick=TICK)
-    assert result.outcome == "Succeeded"
-
     lines = _scrape(metrics_server.port)
     runs = [
         line
