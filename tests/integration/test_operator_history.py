@@ -4,7 +4,6 @@ JobRuns (garbage collection through owner references)."""
 
 from __future__ import annotations
 
-import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -160,8 +159,7 @@ def test_a_replica_killed_in_the_middle_of_a_run_leaves_an_abandoned_jobrun(
             what="running",
         )
         name = running[0]["metadata"]["name"]
-        replica.send_signal(signal.SIGKILL)
-        replica.wait()
+        replica.kill()  # SIGKILL: no cleanup, no release
 
         def outcome() -> dict[str, Any] | None:
             run = next(

@@ -66,6 +66,29 @@ def kube(kube_api: ApiClient, namespace: str, leasecron_crds: list[str]) -> Kube
     return Kube(kube_api, max_workers=4)
 
 
+def delete_held_job(
+    api: ApiClient, namespace: str, name: str, *, timeout: float, what: str
+) -> None:
+    """Once the operator holds ScheduledJob `name` by its finalizer, delete it and wait until
+    it is gone (`what`: the failure message)."""
+    poll(
+        lambda: FINALIZER in (get_job(api, namespace, name)["metadata"].get("finalizers") or []),
+        timeout=10,
+        what="the job held by the operator's finalizer",
+    )
+    CustomObjectsApi(api).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, "scheduledjobs", name
+    )
+
+    def gone() -> bool:
+        listed = CustomObjectsApi(api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "scheduledjobs"
+        )
+        return not listed["items"]
+
+    poll(gone, timeout=timeout, what=what)
+
+
 def floors_annotations(api: ApiClient, namespace: str) -> dict[str, str]:
     found = [
         x
@@ -211,25 +234,7 @@ def test_a_job_deleted_and_applied_again_continues_its_tokens(
                 timeout=20,
                 what="three claims",
             )
-            poll(
-                lambda: (
-                    FINALIZER
-                    in (get_job(kube_api, namespace, "tick")["metadata"].get("finalizers") or [])
-                ),
-                timeout=10,
-                what="the job held by the operator's finalizer",
-            )
-            CustomObjectsApi(kube_api).delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, "scheduledjobs", "tick"
-            )
-
-            def gone() -> bool:
-                listed = CustomObjectsApi(kube_api).list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, "scheduledjobs"
-                )
-                return not listed["items"]
-
-            poll(gone, timeout=30, what="the job gone")
+            delete_held_job(kube_api, namespace, "tick", timeout=30, what="the job gone")
         last = int(floors_annotations(kube_api, namespace)[tombstone_key("tick")])
         assert last >= 3
         # Garbage collection removes the Lease and JobRuns of the deleted job; in a control
@@ -295,24 +300,12 @@ def test_a_deletion_waits_only_a_bounded_time_when_the_floor_cannot_be_recorded(
         CustomObjectsApi(kube_api).create_namespaced_custom_object(
             GROUP, VERSION, namespace, "jobruns", body.to_resource(job_uid=job["metadata"]["uid"])
         )
-        poll(
-            lambda: (
-                FINALIZER
-                in (get_job(kube_api, namespace, "report")["metadata"].get("finalizers") or [])
-            ),
-            timeout=10,
-            what="the job held by the operator's finalizer",
+        delete_held_job(
+            kube_api,
+            namespace,
+            "report",
+            timeout=20,
+            what="the job deleted although its floor could not be recorded",
         )
-        CustomObjectsApi(kube_api).delete_namespaced_custom_object(
-            GROUP, VERSION, namespace, "scheduledjobs", "report"
-        )
-
-        def gone() -> bool:
-            listed = CustomObjectsApi(kube_api).list_namespaced_custom_object(
-                GROUP, VERSION, namespace, "scheduledjobs"
-            )
-            return not listed["items"]
-
-        poll(gone, timeout=20, what="the job deleted although its floor could not be recorded")
         assert "token floor not recorded" in operator.log_path.read_text()
     assert floors_annotations(kube_api, namespace) == {}

@@ -18,8 +18,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from leasecron.testing._children import ChildProcess
-from leasecron.testing._processes import free_port
+from leasecron.testing import ChildProcess, free_port
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from leasecron.testing._children import ChildProcess, stop_children
+from leasecron.testing import ChildProcess, stop_children
 
 REPLICA_MODULE = "leasecron.bench._replica"
 EOF_EVENT = "eof"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leasecron.testing._children import ChildProcess, stop_children
+from leasecron.testing import ChildProcess, stop_children
 
 _APP = "leasecron.demo.example_app"
 
