@@ -6,11 +6,13 @@ timeout, say) defines its own fixture of the same name, which takes precedence."
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from operator_helpers import StartOperator, StartReplica, running_operator, running_replica
 
 from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
@@ -41,3 +43,19 @@ def one_run(kube: Kube, namespace: str) -> str:
     result = run_tick_sync(scheduler, scheduled_job("report"), tick=ONE_RUN_TICK)
     assert result.outcome == "Succeeded"
     return "report"
+
+
+@pytest.fixture
+def start_operator(
+    kubeconfig: Path, namespace: str, leasecron_crds: list[str], tmp_path: Path
+) -> StartOperator:
+    """`with start_operator(**options) as operator:` the operator (a subprocess) watching this
+    test's namespace, once it leads; its log in the test's directory."""
+    return functools.partial(running_operator, kubeconfig, namespace, tmp_path)
+
+
+@pytest.fixture
+def start_replica(kubeconfig: Path, namespace: str, tmp_path: Path) -> StartReplica:
+    """`with start_replica(identity=..., group=..., handlers=...) as replica:` a replica
+    process of the Scheduler in this test's namespace; its log in the test's directory."""
+    return functools.partial(running_replica, kubeconfig, namespace, tmp_path)

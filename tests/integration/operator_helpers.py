@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,13 @@ from leasecron.testing import poll as poll  # the tests import it from here
 from leasecron.testing.handlers import scheduled_job
 
 GROUP, VERSION = "leasecron.dev", "v1alpha1"
+
+StartOperator = Callable[..., AbstractContextManager[OperatorSubprocess]]
+"""The `start_operator` fixture: `running_operator` for the test's cluster, namespace and
+directory."""
+StartReplica = Callable[..., AbstractContextManager[ChildProcess]]
+"""The `start_replica` fixture: `running_replica` for the test's cluster, namespace and
+directory."""
 
 REPLICA = """
 import sys, time

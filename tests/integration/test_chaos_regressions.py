@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, CustomObjectsApi
-from operator_helpers import poll, running_operator
+from operator_helpers import StartOperator, poll
 
 from leasecron import Scheduler
 from leasecron.kube.clients import Kube
@@ -60,8 +60,7 @@ def test_a_tick_whose_claim_lands_after_its_grant_expired_is_recorded_missed(
     kube_api: ApiClient,
     namespace: str,
     kubeconfig: Path,
-    tmp_path: Path,
-    leasecron_crds: list[str],
+    start_operator: StartOperator,
 ) -> None:
     job: dict[str, Any] = scheduled_job(
         JOB,
@@ -79,7 +78,7 @@ def test_a_tick_whose_claim_lands_after_its_grant_expired_is_recorded_missed(
     replica_b = Scheduler(namespace=namespace, kube=kube_b, tuning=FAST, identity="replica-b")
     replica_a.register(JOB, ran_a)
     replica_b.register(JOB, ran_b)
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
         replica_a.start()
         try:
             assert ran_a.wait_calls(2, timeout=30)

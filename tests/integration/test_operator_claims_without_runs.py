@@ -6,18 +6,17 @@ arrives late but within the grace raises nothing."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from kubernetes.client import ApiClient, CoordinationV1Api, CustomObjectsApi
 from operator_helpers import (
     GROUP,
     VERSION,
+    StartOperator,
     apply_job,
     events,
     jobruns,
     poll,
-    running_operator,
 )
 
 from leasecron.models.leases import format_micro_time
@@ -83,13 +82,11 @@ def job_spec() -> dict[str, Any]:
 
 def test_a_claimed_tick_that_no_replica_runs_is_alarmed_as_missed(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
     grace = [f"--run-record-grace={GRACE_S}s"]
-    with running_operator(kubeconfig, namespace, tmp_path, extra_args=grace) as operator:
+    with start_operator(extra_args=grace) as operator:
         apply_job(kube_api, namespace, JOB, **job_spec())
         tick = next_tick(datetime.now(UTC))
         claim_by_hand(kube_api, namespace, tick)
@@ -113,13 +110,11 @@ def test_a_claimed_tick_that_no_replica_runs_is_alarmed_as_missed(
 
 def test_a_run_record_arriving_late_but_within_the_grace_raises_no_alarm(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
     grace = [f"--run-record-grace={GRACE_S}s"]
-    with running_operator(kubeconfig, namespace, tmp_path, extra_args=grace):
+    with start_operator(extra_args=grace):
         job = apply_job(kube_api, namespace, JOB, **job_spec())
         tick = next_tick(datetime.now(UTC))
         claim_by_hand(kube_api, namespace, tick)

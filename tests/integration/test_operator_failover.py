@@ -10,7 +10,14 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
-from operator_helpers import apply_job, get_job, metric, poll, running_operator, samples
+from operator_helpers import (
+    StartOperator,
+    apply_job,
+    get_job,
+    metric,
+    poll,
+    samples,
+)
 
 from leasecron.bench._operator_process import OperatorSubprocess
 from leasecron.operator import EXIT_LOST_LEADERSHIP
@@ -80,11 +87,11 @@ def test_killing_the_active_operator_hands_the_work_to_the_standby_which_wrote_n
     kube_api: ApiClient,
     kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
     tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
     short = {"lease_duration": "3s", "renew_deadline": "2s", "retry_period": "500ms"}
-    with running_operator(kubeconfig, namespace, tmp_path, name="active", **short) as active:
+    with start_operator(name="active", **short) as active:
         second = standby(kubeconfig, namespace, tmp_path, **short)
         try:
             assert second.get("/readyz")[1].startswith("ok: standby")
@@ -143,12 +150,10 @@ def test_a_stopped_operator_releases_its_lease_so_the_standby_takes_over_at_once
 
 def test_an_operator_that_loses_its_lease_stops_and_exits_to_restart_as_a_standby(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
-    with running_operator(kubeconfig, namespace, tmp_path, name="active") as active:
+    with start_operator(name="active") as active:
         poll(lambda: take_lease(kube_api, namespace), timeout=5, what="taken by an intruder")
         poll(lambda: active.exit_code() is not None, timeout=10, what="exited")
         assert active.exit_code() == EXIT_LOST_LEADERSHIP

@@ -5,19 +5,18 @@ JobRuns (garbage collection through owner references)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from kubernetes.client import ApiClient, CustomObjectsApi
 from operator_helpers import (
     GROUP,
     VERSION,
+    StartOperator,
+    StartReplica,
     apply_job,
     jobruns,
     leases,
     poll,
-    running_operator,
-    running_replica,
 )
 
 from leasecron.models.specs import JobRun, Outcome
@@ -51,10 +50,8 @@ def by_outcome(api: ApiClient, namespace: str) -> dict[str, list[str]]:
 
 def test_history_is_pruned_to_the_configured_limits_keeping_the_newest(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
     job = apply_job(
         kube_api,
@@ -72,7 +69,7 @@ def test_history_is_pruned_to_the_configured_limits_keeping_the_newest(
         namespace,
         [finished_run(job, tick, outcome) for tick, outcome in zip(ticks, outcomes, strict=True)],
     )
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
         kept = poll(
             lambda: (
                 (found := by_outcome(kube_api, namespace))
@@ -91,15 +88,13 @@ def test_history_is_pruned_to_the_configured_limits_keeping_the_newest(
 
 def test_deleting_a_job_removes_its_lease_and_jobruns(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
     job = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
     tick = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     create_runs(kube_api, namespace, [finished_run(job, tick, Outcome.SUCCEEDED)])
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
         poll(
             lambda: [
                 x for x in leases(kube_api, namespace) if x.metadata.name == "leasecron-job-report"
@@ -124,10 +119,9 @@ def test_deleting_a_job_removes_its_lease_and_jobruns(
 
 def test_a_replica_killed_in_the_middle_of_a_run_leaves_an_abandoned_jobrun(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
+    start_replica: StartReplica,
 ) -> None:
     apply_job(
         kube_api,
@@ -140,11 +134,8 @@ def test_a_replica_killed_in_the_middle_of_a_run_leaves_an_abandoned_jobrun(
         lock={"atMostFor": "3s", "keepAlive": True},
     )
     with (
-        running_operator(kubeconfig, namespace, tmp_path),
-        running_replica(
-            kubeconfig,
-            namespace,
-            tmp_path,
+        start_operator(),
+        start_replica(
             identity="worker",
             group="workers",
             handlers="long_job",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes.client import ApiClient
-from operator_helpers import apply_job, job_condition, poll, running_operator
+from operator_helpers import StartOperator, apply_job, job_condition, poll
 
 
 def _lines(path: Path) -> list[str]:
@@ -18,12 +18,10 @@ def _lines(path: Path) -> list[str]:
 
 def test_every_line_the_operator_prints_to_a_pipe_is_one_json_event(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
-    with running_operator(kubeconfig, namespace, tmp_path, log_level="debug") as operator:
+    with start_operator(log_level="debug") as operator:
         apply_job(kube_api, namespace, "good", schedule="*/5 * * * *")
         apply_job(kube_api, namespace, "bad-cron", schedule="61 * * * *")
         poll(

@@ -4,10 +4,10 @@ the alarm."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kubernetes.client import ApiClient
 from operator_helpers import (
+    StartOperator,
+    StartReplica,
     apply_job,
     events,
     get_job,
@@ -15,19 +15,16 @@ from operator_helpers import (
     jobruns,
     metric,
     poll,
-    running_operator,
-    running_replica,
 )
 
 
 def test_a_job_nobody_runs_is_flagged_missed_and_cleared_once_a_replica_runs_it(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
+    start_replica: StartReplica,
 ) -> None:
-    with running_operator(kubeconfig, namespace, tmp_path) as operator:
+    with start_operator() as operator:
         apply_job(
             kube_api,
             namespace,
@@ -62,9 +59,7 @@ def test_a_job_nobody_runs_is_flagged_missed_and_cleared_once_a_replica_runs_it(
         assert get_job(kube_api, namespace, "ping")["status"]["missedRuns"] >= 1
         assert metric(operator, "leasecron_missed_runs_total", scheduled_job="ping") >= 1
 
-        with running_replica(
-            kubeconfig, namespace, tmp_path, identity="pinger", group="pingers", handlers="ping"
-        ):
+        with start_replica(identity="pinger", group="pingers", handlers="ping"):
             poll(lambda: on_schedule() == "True/RunsStarted", timeout=15, what="cleared")
             ran = poll(
                 lambda: [

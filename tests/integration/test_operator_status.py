@@ -4,28 +4,25 @@ coverage, the job's Lease, and kopf staying out of the objects (only status is w
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from kubernetes.client import ApiClient, CustomObjectsApi
 from operator_helpers import (
+    StartOperator,
+    StartReplica,
     apply_job,
     get_job,
     job_condition,
     leases,
     poll,
-    running_operator,
-    running_replica,
 )
 
 
 def test_valid_and_invalid_jobs_get_their_conditions_within_five_seconds(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
         applied = time.monotonic()
         apply_job(kube_api, namespace, "good", schedule="*/5 * * * *")
         apply_job(kube_api, namespace, "bad-cron", schedule="61 * * * *")
@@ -54,10 +51,9 @@ def test_valid_and_invalid_jobs_get_their_conditions_within_five_seconds(
 
 def test_a_job_is_ready_only_while_a_live_replica_registered_its_handler(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
+    start_replica: StartReplica,
 ) -> None:
     apply_job(
         kube_api,
@@ -67,7 +63,7 @@ def test_a_job_is_ready_only_while_a_live_replica_registered_its_handler(
         group="billing-api",
         handler="nightly_report",
     )
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
 
         def ready_reason() -> str | None:
             ready = job_condition(kube_api, namespace, "report", "Ready")
@@ -77,10 +73,7 @@ def test_a_job_is_ready_only_while_a_live_replica_registered_its_handler(
         ready = job_condition(kube_api, namespace, "report", "Ready")
         assert ready is not None
         assert "no live replica of group billing-api" in ready["message"].lower()
-        with running_replica(
-            kubeconfig,
-            namespace,
-            tmp_path,
+        with start_replica(
             identity="other",
             group="billing-api",
             handlers="something_else",
@@ -96,10 +89,7 @@ def test_a_job_is_ready_only_while_a_live_replica_registered_its_handler(
                 "no live replica of group billing-api has registered handler nightly_report"
                 in ready["message"].lower()
             )
-        with running_replica(
-            kubeconfig,
-            namespace,
-            tmp_path,
+        with start_replica(
             identity="worker",
             group="billing-api",
             handlers="nightly_report",
@@ -110,13 +100,11 @@ def test_a_job_is_ready_only_while_a_live_replica_registered_its_handler(
 
 def test_a_coordinated_job_gets_an_owned_labelled_lease_and_only_its_status_is_written(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
     created = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
 
         def job_lease() -> object:
             return next(

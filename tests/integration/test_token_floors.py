@@ -18,12 +18,12 @@ from kubernetes.client.exceptions import ApiException
 from operator_helpers import (
     GROUP,
     VERSION,
+    StartOperator,
+    StartReplica,
     apply_job,
     get_job,
     jobruns,
     poll,
-    running_operator,
-    running_replica,
 )
 
 from leasecron.coordination.floors import (
@@ -179,13 +179,11 @@ def test_the_floor_counts_job_runs_and_the_job_status(
 
 def test_a_job_lease_deleted_by_hand_comes_back_above_its_last_token(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
 ) -> None:
     coordination = CoordinationV1Api(kube_api)
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
         apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
         lease = poll(lambda: job_lease(kube_api, namespace, "report"), timeout=10, what="Lease")
         now = format_micro_time(datetime.now(UTC))
@@ -215,17 +213,14 @@ def test_a_job_lease_deleted_by_hand_comes_back_above_its_last_token(
 
 def test_a_job_deleted_and_applied_again_continues_its_tokens(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
-    tmp_path: Path,
+    start_operator: StartOperator,
+    start_replica: StartReplica,
 ) -> None:
     spec = {"schedule": "@every 1s", "group": "workers", "handler": "tick"}
-    with running_operator(kubeconfig, namespace, tmp_path):
+    with start_operator():
         apply_job(kube_api, namespace, "tick", **spec)
-        with running_replica(
-            kubeconfig, namespace, tmp_path, identity="worker", group="workers", handlers="tick"
-        ):
+        with start_replica(identity="worker", group="workers", handlers="tick"):
             poll(
                 lambda: (
                     (x := job_lease(kube_api, namespace, "tick"))
@@ -258,9 +253,7 @@ def test_a_job_deleted_and_applied_again_continues_its_tokens(
         uid = apply_job(kube_api, namespace, "tick", **spec)["metadata"]["uid"]
         fresh = poll(lambda: job_lease(kube_api, namespace, "tick"), timeout=10, what="new Lease")
         assert fresh.spec.lease_transitions >= last
-        with running_replica(
-            kubeconfig, namespace, tmp_path, identity="worker-2", group="workers", handlers="tick"
-        ):
+        with start_replica(identity="worker-2", group="workers", handlers="tick"):
             first = poll(
                 lambda: [
                     r
@@ -276,18 +269,17 @@ def test_a_job_deleted_and_applied_again_continues_its_tokens(
 
 def test_a_deletion_waits_only_a_bounded_time_when_the_floor_cannot_be_recorded(
     kube_api: ApiClient,
-    kubeconfig: Path,
     namespace: str,
-    leasecron_crds: list[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    start_operator: StartOperator,
 ) -> None:
     faults = tmp_path / "faults.json"
     refuse = Fault(action="fail", resource="leases", name=FLOORS_LEASE)  # every verb
     faults.write_text(json.dumps([refuse.to_dict()]))
     monkeypatch.setenv(ENV_VAR, str(faults))  # read by the operator subprocess's Kube
     limit = ["--floor-record-limit=2s"]
-    with running_operator(kubeconfig, namespace, tmp_path, extra_args=limit) as operator:
+    with start_operator(extra_args=limit) as operator:
         job = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
         body = JobRun.for_tick(
             job="report",
