@@ -66,6 +66,22 @@ def kube(kube_api: ApiClient, namespace: str, leasecron_crds: list[str]) -> Kube
     return Kube(kube_api, max_workers=4)
 
 
+def record_finished_run(api: ApiClient, job: dict[str, Any], *, token: int) -> None:
+    """A Succeeded JobRun of `job` (its 02:00 tick on 2026-01-01) with fencing token `token`."""
+    namespace = job["metadata"]["namespace"]
+    body = JobRun.for_tick(
+        job=job["metadata"]["name"],
+        tick=datetime(2026, 1, 1, 2, tzinfo=UTC),
+        holder="replica-a",
+        start=datetime(2026, 1, 1, 2, tzinfo=UTC),
+        fencing_token=token,
+        namespace=namespace,
+    ).finish(outcome=Outcome.SUCCEEDED, end=datetime(2026, 1, 1, 2, 1, tzinfo=UTC))
+    CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "jobruns", body.to_resource(job_uid=job["metadata"]["uid"])
+    )
+
+
 def delete_held_job(
     api: ApiClient, namespace: str, name: str, *, timeout: float, what: str
 ) -> None:
@@ -151,17 +167,7 @@ def test_the_floor_counts_job_runs_and_the_job_status(
     kube: Kube, kube_api: ApiClient, namespace: str, leasecron_crds: list[str]
 ) -> None:
     job = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
-    body = JobRun.for_tick(
-        job="report",
-        tick=datetime(2026, 1, 1, 2, tzinfo=UTC),
-        holder="replica-a",
-        start=datetime(2026, 1, 1, 2, tzinfo=UTC),
-        fencing_token=6,
-        namespace=namespace,
-    ).finish(outcome=Outcome.SUCCEEDED, end=datetime(2026, 1, 1, 2, 1, tzinfo=UTC))
-    CustomObjectsApi(kube_api).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "jobruns", body.to_resource(job_uid=job["metadata"]["uid"])
-    )
+    record_finished_run(kube_api, job, token=6)
     assert run(token_floor(kube, namespace=namespace, job="report")) == 6
     CustomObjectsApi(kube_api).patch_namespaced_custom_object_status(
         GROUP,
@@ -281,17 +287,7 @@ def test_a_deletion_waits_only_a_bounded_time_when_the_floor_cannot_be_recorded(
     limit = ["--floor-record-limit=2s"]
     with start_operator(extra_args=limit) as operator:
         job = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
-        body = JobRun.for_tick(
-            job="report",
-            tick=datetime(2026, 1, 1, 2, tzinfo=UTC),
-            holder="replica-a",
-            start=datetime(2026, 1, 1, 2, tzinfo=UTC),
-            fencing_token=3,
-            namespace=namespace,
-        ).finish(outcome=Outcome.SUCCEEDED, end=datetime(2026, 1, 1, 2, 1, tzinfo=UTC))
-        CustomObjectsApi(kube_api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, "jobruns", body.to_resource(job_uid=job["metadata"]["uid"])
-        )
+        record_finished_run(kube_api, job, token=3)
         delete_held_job(
             kube_api,
             namespace,
