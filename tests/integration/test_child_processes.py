@@ -137,6 +137,8 @@ def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
     )
     seen.wait_for("started")
     grandchild = int(seen.lines[0]["pid"])
+    # setpriv arms the parent-death signal, then execs the program: wait for the exec.
+    poll(lambda: _cmdline(grandchild).startswith(sys.executable.encode()), timeout=30, what="exec")
     assert _running(grandchild)
     os.kill(parent.pid, signal.SIGKILL)  # no cleanup in the parent: only the kernel can help
     parent.wait_exit(timeout=30)
@@ -151,3 +153,10 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -9,9 +9,11 @@ received)`, `received` being the parent's wall time when it read the line; lines
 a JSON object (a traceback, a stray print) are skipped, and `on_eof()` runs once stdout ends.
 Without `on_line`, stdout goes to the log too. With `stdin=True` the parent can `send` lines.
 
-It never outlives its parent: started from the main thread it gets a parent-death SIGKILL
-(`setpriv --pdeathsig`, the kernel ties it to the starting thread), and the process-wide reaper
-of `leasecron.testing._processes` kills whatever is left at exit or on SIGTERM/SIGHUP.
+It does not outlive its parent: started from the main thread it gets a parent-death SIGKILL
+(`setpriv --pdeathsig`, the kernel ties it to the starting thread; armed once setpriv runs, so
+a parent SIGKILLed within the child's first milliseconds can still leave it behind), and the
+process-wide reaper of `leasecron.testing._processes` kills whatever is left at exit or on
+SIGTERM/SIGHUP.
 
 Owns starting, signalling, stopping with a grace period (`stop_children` stops many at once)
 and the log tail. Does not interpret the lines, and does not promise that `on_line` sees a
