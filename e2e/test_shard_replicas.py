@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -32,10 +32,15 @@ SHORT = {"keepAlive": False, "atMostFor": "5s"}
 class Replica(ReplicaProcess):
     """One `_runtime_replica.py` process with 2 shards of 2 s Leases."""
 
-    def __init__(self, index: int, *, namespace: str, kubeconfig: Path, log: IO[str]) -> None:
+    def __init__(self, index: int, *, namespace: str, kubeconfig: Path, workdir: Path) -> None:
         args = ["--namespace", namespace, "--shards", str(SHARDS), "--shard-lease", "2"]
         super().__init__(
-            SCRIPT, args, kubeconfig=kubeconfig, log=log, env={"POD_NAME": f"replica-{index}"}
+            SCRIPT,
+            args,
+            name=f"replica-{index}",
+            kubeconfig=kubeconfig,
+            log_path=workdir / f"replica-{index}.log",
+            env={"POD_NAME": f"replica-{index}"},
         )
         self.index = index
 
@@ -47,20 +52,18 @@ class Replica(ReplicaProcess):
         return str(self.events("ready")[0]["identity"])
 
     def terminate(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        self.process.wait(30)
+        self.signal(signal.SIGTERM)
+        self.wait_exit(timeout=30)
 
 
 @pytest.fixture
 def start(
     kubeconfig: Path, namespace: str, leasecron_crds: list[str], tmp_path: Path
 ) -> Iterator[Any]:
-    log = (tmp_path / "replicas.log").open("w")
     started: list[Replica] = []
 
     def start_replica(index: int) -> Replica:
-        replica = Replica(index, namespace=namespace, kubeconfig=kubeconfig, log=log)
+        replica = Replica(index, namespace=namespace, kubeconfig=kubeconfig, workdir=tmp_path)
         started.append(replica)
         replica.ready()
         return replica
@@ -70,7 +73,6 @@ def start(
     finally:
         for replica in started:
             replica.kill()
-        log.close()
 
 
 def create_jobs(api: Any, namespace: str) -> None:
