@@ -114,7 +114,9 @@ def test_deleting_a_job_removes_its_lease_and_jobruns(
             ]
             return not job_leases and not jobruns(kube_api, namespace)
 
-        poll(gone, timeout=30, what="collected with the job")
+        # The garbage collector learns of a newly created CRD's objects at its next resync
+        # (about 30 s), so a cluster whose CRDs were just created needs longer than that.
+        poll(gone, timeout=75, what="collected with the job")
 
 
 def test_a_replica_killed_in_the_middle_of_a_run_leaves_an_abandoned_jobrun(
