@@ -243,6 +243,35 @@ def test_the_api_server_comes_back_on_the_same_port_with_its_data(
     assert _meta(after).uid == _meta(before).uid
 
 
+def test_etcd_comes_back_with_its_data_and_the_api_server_serves_again(
+    local_controlplane: ControlPlane, kube_api: ApiClient, namespace: str
+) -> None:
+    leases = client.CoordinationV1Api(kube_api)
+    before = leases.create_namespaced_lease(namespace, _lease("etcd-job", holder="replica-a"))
+
+    local_controlplane.stop_etcd()
+    try:
+        with pytest.raises((ApiException, urllib3.exceptions.HTTPError)):
+            leases.read_namespaced_lease("etcd-job", namespace, _request_timeout=5)
+    finally:
+        local_controlplane.start_etcd()
+
+    after = _read_eventually(leases, "etcd-job", namespace)
+    assert _meta(after).uid == _meta(before).uid
+
+
+def _read_eventually(leases: client.CoordinationV1Api, name: str, namespace: str) -> object:
+    """The API server reconnects to etcd by itself, a moment after etcd is healthy again."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        try:
+            return leases.read_namespaced_lease(name, namespace, _request_timeout=5)
+        except (ApiException, urllib3.exceptions.HTTPError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # polling another process's reconnect: nothing to wait on
+
+
 def test_a_second_cluster_runs_beside_the_session_one_sharing_nothing(
     controlplane: ClusterAccess, namespace: str, tmp_path: Path
 ) -> None:

@@ -1,4 +1,4 @@
-"""`leasecron bench handover|failover|ticks|operator`: the figures of DESIGN.md section 8.
+"""`leasecron bench handover|failover|ticks|operator|chaos`: the figures of DESIGN.md section 8.
 
 Thin click wiring over `leasecron.bench`; each command runs against the cluster of
 $KUBECONFIG, or starts a throwaway local control plane when it is unset. Progress goes to
@@ -128,3 +128,17 @@ def operator_bench(jobs: int, json_output: bool) -> None:
         kubeconfig=os.environ.get("KUBECONFIG"),
         json_output=json_output,
     )
+
+
+@bench.command("chaos")
+@click.option("--minutes", default=10.0, show_default=True, help="How long faults are injected.")
+@click.option("--seed", type=int, default=None, help="The fault sequence's seed (printed).")
+@click.option("--replicas", default=5, show_default=True, help="Replica processes at a time.")
+@_json
+def chaos(minutes: float, seed: int | None, replicas: int, json_output: bool) -> None:
+    """The example app under kills, stops, apiserver/etcd restarts, partitions, lost replies
+    and skewed clocks, with a fenced ledger counting duplicate effects and unalarmed ticks.
+    Always on its own local control plane (it restarts kube-apiserver and etcd)."""
+    from leasecron.bench._chaos import run_chaos
+
+    _run(run_chaos, minutes=minutes, seed=seed, replicas=replicas, json_output=json_output)

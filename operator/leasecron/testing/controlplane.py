@@ -227,6 +227,27 @@ class ControlPlane(ClusterAccess):
             self.stop_apiserver()
             raise
 
+    def stop_etcd(self) -> None:
+        """SIGKILL only etcd (its data directory stays): the API server answers errors until
+        `start_etcd`. Not for a cluster started with `etcd_url`."""
+        process = self._processes.pop("etcd", None)
+        if process is not None:
+            process.stop()
+            _log.info("etcd stopped", port=self._etcd_port)
+
+    def start_etcd(self, *, timeout: float | None = None) -> None:
+        """Start etcd again with the same ports and data directory; wait until healthy."""
+        if "etcd" in self._processes:
+            raise ControlPlaneError("already running", component="etcd")
+        if "etcd" not in self._argv:
+            raise ControlPlaneError("this cluster did not start etcd", component="etcd")
+        process = self._spawn("etcd", self._argv["etcd"])
+        try:
+            self._wait(process, ready=self._etcd_healthy, timeout=timeout)
+        except BaseException:
+            self.stop_etcd()
+            raise
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -304,13 +325,11 @@ class ControlPlane(ClusterAccess):
         return url
 
     def _wait_etcd(self) -> None:
-        port = self._etcd_port
+        self._wait(self._processes["etcd"], ready=self._etcd_healthy)
 
-        def healthy() -> bool:
-            answer = _http_get(port=port or 0, path="/health", tls=None)
-            return answer is not None and answer[0] == 200 and b'"true"' in answer[1]
-
-        self._wait(self._processes["etcd"], ready=healthy)
+    def _etcd_healthy(self) -> bool:
+        answer = _http_get(port=self._etcd_port or 0, path="/health", tls=None)
+        return answer is not None and answer[0] == 200 and b'"true"' in answer[1]
 
     def _start_apiserver_process(self, *, etcd_url: str) -> None:
         if self._apiserver_port is None:

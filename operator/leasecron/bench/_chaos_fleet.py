@@ -1,0 +1,230 @@
+"""The chaos soak's replicas: example-app processes, each behind its own Toxiproxy proxy and
+with its own request-level fault file, started, killed, stopped and resumed by the driver.
+
+A replica is `python -m leasecron.demo._chaos_replica` (spawned by module name: the bench does
+not import the demo) with `KUBECONFIG` pointing at its proxy, `LEASECRON_FAULTS` at its fault
+file and a wall-clock skew. Its stdout JSON lines give its identity (`ready`), its API request
+counts (`stats`) and its runs; its stderr goes to `<workdir>/<pod>.log`. Pods are numbered as
+a Deployment would name new pods (replica-1, replica-2, ...; a replacement gets a new number).
+
+Owns the processes, their proxies and fault files. Does not decide which fault to inject.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from leasecron.testing import ControlPlane, FaultPlan, Proxy, Toxiproxy, kubeconfig_via
+from leasecron.testing.faults import ENV_VAR, Fault
+
+REPLICA_MODULE = "leasecron.demo._chaos_replica"
+
+
+@dataclass(kw_only=True)
+class ChaosReplica:
+    """One replica process and what the driver knows of it."""
+
+    pod: str
+    skew: float
+    popen: subprocess.Popen[str]
+    proxy: Proxy
+    faults: Path
+    log_path: Path
+    started_at: float
+    identity: str = ""
+    requests: dict[str, int] = field(default_factory=dict)
+    """Its API requests (`verb resource` -> count) as of its last `stats` line."""
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signum)
+
+    def rss_bytes(self) -> int:
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return 0
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def set_faults(self, faults: list[Fault]) -> None:
+        FaultPlan().write(self.faults, faults=faults)
+
+
+class Fleet:
+    """The replicas of one soak (all of them, dead ones too)."""
+
+    def __init__(
+        self,
+        *,
+        plane: ControlPlane,
+        toxiproxy: Toxiproxy,
+        namespace: str,
+        group: str,
+        ledger_url: str,
+        workdir: Path,
+        work_ms: float,
+    ) -> None:
+        self._plane = plane
+        self._toxiproxy = toxiproxy
+        self._namespace = namespace
+        self._group = group
+        self._ledger_url = ledger_url
+        self._workdir = workdir
+        self._work_ms = work_ms
+        self._lock = threading.Lock()
+        self.all: list[ChaosReplica] = []
+        self.runs: Counter[str] = Counter()
+        """Run events by job, as the replicas printed them."""
+
+    def start(self, *, skew: float) -> ChaosReplica:
+        """Start the next replica with its wall clock `skew` seconds off."""
+        pod = f"replica-{len(self.all) + 1}"
+        proxy = self._toxiproxy.proxy(pod, self._plane.apiserver_port)
+        kubeconfig = kubeconfig_via(self._plane, proxy, self._workdir / f"{pod}.kubeconfig")
+        faults = self._workdir / f"{pod}.faults.json"
+        FaultPlan().write(faults, faults=[])
+        env = {
+            **os.environ,
+            "POD_NAME": pod,
+            "POD_NAMESPACE": self._namespace,
+            "KUBECONFIG": str(kubeconfig),
+            ENV_VAR: str(faults),
+            "PYTHONUNBUFFERED": "1",
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            REPLICA_MODULE,
+            "--group",
+            self._group,
+            "--ledger-url",
+            self._ledger_url,
+            "--skew",
+            f"{skew:.3f}",
+            "--work-ms",
+            f"{self._work_ms:g}",
+        ]
+        log_path = self._workdir / f"{pod}.log"
+        with log_path.open("ab") as log:
+            popen = subprocess.Popen(
+                [*_pdeathsig_prefix(), *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                text=True,
+                start_new_session=True,
+            )
+        replica = ChaosReplica(
+            pod=pod,
+            skew=skew,
+            popen=popen,
+            proxy=proxy,
+            faults=faults,
+            log_path=log_path,
+            started_at=time.time(),
+        )
+        with self._lock:
+            self.all.append(replica)
+        assert popen.stdout is not None
+        threading.Thread(
+            target=self._read, args=(replica, popen.stdout), name=f"chaos-{pod}", daemon=True
+        ).start()
+        return replica
+
+    def _read(self, replica: ChaosReplica, stream: IO[str]) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            for line in stream:
+                try:
+                    data: dict[str, Any] = json.loads(line)
+                except ValueError:
+                    continue
+                event = data.get("event")
+                if event == "ready":
+                    replica.identity = str(data.get("replica", ""))
+                elif event == "stats" and isinstance(data.get("requests"), dict):
+                    replica.requests = {str(k): int(v) for k, v in data["requests"].items()}
+                elif event == "run":
+                    with self._lock:
+                        self.runs[str(data.get("job", ""))] += 1
+
+    def running(self) -> list[ChaosReplica]:
+        with self._lock:
+            return [r for r in self.all if r.alive()]
+
+    def by_identity(self, identity: str) -> ChaosReplica | None:
+        with self._lock:
+            return next((r for r in self.all if r.identity and r.identity == identity), None)
+
+    def wait_ready(self, replicas: list[ChaosReplica], *, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while any(not r.identity for r in replicas):
+            if time.monotonic() > deadline or any(not r.alive() for r in replicas):
+                return False
+            time.sleep(0.1)  # another process's readiness: polled from its stdout
+        return True
+
+    def kill(self, replica: ChaosReplica) -> None:
+        replica.signal(signal.SIGCONT)  # a stopped one would otherwise be killed while frozen
+        replica.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            replica.popen.wait(timeout=10)
+
+    def stop_all(self, *, grace: float = 15.0) -> None:
+        """SIGCONT and SIGTERM every replica (they release and exit), SIGKILL the rest."""
+        for replica in self.running():
+            replica.signal(signal.SIGCONT)
+            replica.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for replica in self.all:
+            try:
+                replica.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                replica.signal(signal.SIGKILL)
+                replica.popen.wait()
+
+    def writes(self) -> Counter[str]:
+        """API writes of all replicas by resource, as of their last stats lines."""
+        total: Counter[str] = Counter()
+        with self._lock:
+            replicas = list(self.all)
+        for replica in replicas:
+            for key, count in replica.requests.items():
+                verb, _, resource = key.partition(" ")
+                if verb in _WRITE_VERBS:
+                    total[resource] += count
+        return total
+
+
+_WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+def _pdeathsig_prefix() -> list[str]:
+    """`setpriv --pdeathsig KILL --` when usable (from the main thread), so no replica outlives
+    a bench that dies."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
