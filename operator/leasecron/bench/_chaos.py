@@ -15,6 +15,7 @@ ledger; nothing outlives the run. Replica logs are kept in the printed work dire
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leasecron.bench._chaos_faults import Driver
+from leasecron.bench._chaos_faults import KINDS, Driver
 from leasecron.bench._chaos_figures import (
     due_ticks,
     outcomes_by_tick,
@@ -151,11 +152,18 @@ def _world(workdir: Path) -> Iterator[tuple[ControlPlane, Toxiproxy, LedgerServe
 
 
 def run_chaos(
-    *, minutes: float, seed: int | None, replicas: int, json_output: bool
+    *,
+    minutes: float,
+    seed: int | None,
+    replicas: int,
+    json_output: bool,
+    kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, Any]:
     """Run the soak; print the table (and the JSON last with `json_output`); the figures."""
     if minutes <= 0 or replicas < 2:
         raise ValueError(f"--minutes must be > 0 and --replicas >= 2, got {minutes}, {replicas}")
+    if not kinds or set(kinds) - set(KINDS):
+        raise ValueError(f"--faults must be among {','.join(KINDS)}, got {','.join(kinds)!r}")
     seed = seed if seed is not None else secrets.randbelow(2**31)
     progress(f"seed {seed}")
     rng = random.Random(seed)
@@ -171,12 +179,6 @@ def run_chaos(
         for manifest in job_manifests(namespace):
             kube.request_sync("POST", sj_path, body=manifest)
         reader = _Reader(kube=kube, namespace=namespace)
-        operator = OperatorSubprocess(
-            kubeconfig=plane.kubeconfig,
-            log_path=workdir / "operator.log",
-            namespaces=[namespace],
-            election_namespace=namespace,
-        )
         fleet = Fleet(
             plane=plane,
             toxiproxy=toxiproxy,
@@ -186,7 +188,7 @@ def run_chaos(
             workdir=workdir,
             work_ms=300.0,
         )
-        gap = (4.0, 10.0) if minutes <= 3 else (6.0, 16.0)
+        gap = (2.0, 6.0) if minutes <= 3 else (6.0, 16.0)
         grants = {job: AT_MOST_FOR for job in ONCE_PER_TICK} | {SINGLE_OWNER: LEASE_DURATION}
         driver = Driver(
             rng=rng,
@@ -196,7 +198,14 @@ def run_chaos(
             grants=grants,
             single_owner=SINGLE_OWNER,
             gap=gap,
+            kinds=kinds,
             say=progress,
+        )
+        operator = OperatorSubprocess(
+            kubeconfig=plane.kubeconfig,
+            log_path=workdir / "operator.log",
+            namespaces=[namespace],
+            election_namespace=namespace,
         )
         try:
             operator.wait(operator.leading, timeout=_READY_TIMEOUT, what="leading")
@@ -208,6 +217,7 @@ def run_chaos(
             progress(f"{replicas} replicas ready; faults until +{minutes * 60:.0f}s")
             driver.run(until=until)
             time.sleep(max(0.0, until - time.time()))  # the measured window's end
+            writes = fleet.writes()
             figures = _collect(
                 reader=reader, ledger=ledger, driver=driver, window=(began, until), seed=seed
             )
@@ -216,18 +226,19 @@ def run_chaos(
                 "max": round(max(rss, default=0) / 2**20, 1),
                 "mean": round(sum(rss) / max(len(rss), 1) / 2**20, 1),
             }
-            writes = fleet.writes()
             runs = figures["runs"] or 1
             figures["api_writes_per_run"] = round(sum(writes.values()) / runs, 2)
             figures["api_writes_by_resource"] = dict(writes)
             figures["every_replica_runs"] = fleet.runs.get(EVERY_REPLICA, 0)
             figures["replicas"], figures["replicas_started"] = replicas, len(fleet.all)
-            figures["minutes"] = minutes
+            figures["minutes"], figures["fault_kinds"] = minutes, list(kinds)
             figures["workdir"] = str(workdir)
         finally:
             driver.halt()
             fleet.stop_all()
             operator.stop()
+            asyncio.run(kube.close())
+    (workdir / "figures.json").write_text(json.dumps(figures, indent=1))
     print(render(figures), flush=True)
     if json_output:
         print(json.dumps(figures), flush=True)

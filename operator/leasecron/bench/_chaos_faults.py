@@ -73,8 +73,12 @@ class Driver:
         grants: dict[str, float],
         single_owner: str,
         gap: tuple[float, float],
+        kinds: tuple[str, ...] = KINDS,
         say: Callable[[str], None],
     ) -> None:
+        unknown = sorted(set(kinds) - set(KINDS))
+        if unknown or not kinds:
+            raise ValueError(f"fault kinds must be among {', '.join(KINDS)}, got {kinds!r}")
         self._rng = rng
         self._fleet = fleet
         self._plane = plane
@@ -82,6 +86,7 @@ class Driver:
         self._grants = grants  # coordinated job -> its grant, s (atMostFor / leaseDuration)
         self._single_owner = single_owner
         self._gap = gap
+        self._kinds = kinds
         self._say = say
         self.timeline: list[FaultRecord] = []
         self._halt = threading.Event()
@@ -106,7 +111,7 @@ class Driver:
             if time.time() + pause + 15.0 > until or self._halt.wait(pause):
                 return
             if not self._queue:
-                self._queue = list(KINDS)
+                self._queue = list(self._kinds)
                 self._rng.shuffle(self._queue)
             kind = self._queue.pop()
             record = FaultRecord(kind=kind, start=time.time())

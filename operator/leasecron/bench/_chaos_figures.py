@@ -10,7 +10,10 @@ Definitions (per once-per-tick job, over the ticks due inside the measured windo
 - a tick **never run** has no accepted effect. For each the JobRuns say whether it was alarmed:
   `Missed` (the operator's MissedRun), or recorded with a failed outcome (`Abandoned`,
   `LostLock`, `Failed`: the run started and its replica died, stalled or was refused), or
-  **silent** (nothing, or `Succeeded` without an effect; target 0);
+  **silent** (nothing, or `Succeeded` without an effect; target 0). A silent tick is also
+  marked `claimed_unrun` when a fencing token between its neighbours' left no effect: its
+  claim landed and nothing ran under it (the failure of tests/integration/
+  test_chaos_regressions.py);
 - **takeover** after a fault: from its start to the first accepted effect of a job after it
   (once-per-tick: any tick; single-owner: a new term), the longest per fault kind.
 """
@@ -82,17 +85,34 @@ def tick_figures(
         "never_run_alarmed_missed": len(missed),
         "never_run_recorded_failed": len(failed),
         "never_run_silent": len(silent),
+        "never_run_silent_claimed_unrun": sum(
+            1 for job, tick in silent if _claimed_unrun(effects, job=job, tick=tick)
+        ),
         "silent_ticks": [
             {
                 "job": job,
                 "tick": tick,
                 "attempts": attempts[(job, tick)],
                 "jobruns": outcomes.get((job, tick), []),
+                "claimed_unrun": _claimed_unrun(effects, job=job, tick=tick),
             }
             for job, tick in silent
         ],
         "refused_writes": sum(1 for e in effects if e.kind == "invoice" and not e.accepted),
     }
+
+
+def _claimed_unrun(effects: Sequence[Effect], *, job: str, tick: str) -> bool:
+    """True when a fencing token between the effects just before and just after `tick` left
+    no effect at all: a claim of the tick landed and nothing ran under it (each claim of a
+    once-per-tick job takes the next token)."""
+    mine = [e for e in effects if e.kind == "invoice" and e.job == job and e.token is not None]
+    before = [e.token for e in mine if e.tick < tick and e.token is not None]
+    after = [e.token for e in mine if e.tick > tick and e.token is not None]
+    if not before or not after:
+        return False
+    used = {e.token for e in mine}
+    return any(token not in used for token in range(max(before) + 1, min(after)))
 
 
 def takeovers(

@@ -35,6 +35,11 @@ def render(figures: dict[str, Any]) -> str:
             "",
         ),
         ("  silent (no alarm, no record)", show(figures["never_run_silent"]), "0"),
+        (
+            "    of which: claimed, never run",
+            show(figures["never_run_silent_claimed_unrun"]),
+            "",
+        ),
         ("  alarmed or recorded", _pct(alarmed, never), "100 %"),
         ("missedRuns in job status", show(figures["missed_runs_status"]), ""),
         ("stale writes refused by the fence", show(figures["refused_writes"]), ""),

@@ -134,11 +134,25 @@ def operator_bench(jobs: int, json_output: bool) -> None:
 @click.option("--minutes", default=10.0, show_default=True, help="How long faults are injected.")
 @click.option("--seed", type=int, default=None, help="The fault sequence's seed (printed).")
 @click.option("--replicas", default=5, show_default=True, help="Replica processes at a time.")
+@click.option(
+    "--faults",
+    "kinds",
+    default="kill,stop,apiserver,etcd,partition,lost_reply,status_503",
+    show_default=True,
+    help="Comma-separated fault kinds to inject.",
+)
 @_json
-def chaos(minutes: float, seed: int | None, replicas: int, json_output: bool) -> None:
+def chaos(minutes: float, seed: int | None, replicas: int, kinds: str, json_output: bool) -> None:
     """The example app under kills, stops, apiserver/etcd restarts, partitions, lost replies
     and skewed clocks, with a fenced ledger counting duplicate effects and unalarmed ticks.
     Always on its own local control plane (it restarts kube-apiserver and etcd)."""
     from leasecron.bench._chaos import run_chaos
 
-    _run(run_chaos, minutes=minutes, seed=seed, replicas=replicas, json_output=json_output)
+    _run(
+        run_chaos,
+        minutes=minutes,
+        seed=seed,
+        replicas=replicas,
+        json_output=json_output,
+        kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+    )
