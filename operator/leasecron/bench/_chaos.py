@@ -280,6 +280,7 @@ def _collect(
     }
     return {
         "seed": seed,
+        "window": {"start": round(began, 3), "end": round(until, 3)},
         **figures,
         "missed_runs_status": missed_counts,
         "single_owner": single_owner_figures(effects, job=SINGLE_OWNER),

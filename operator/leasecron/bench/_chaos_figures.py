@@ -15,7 +15,8 @@ Definitions (per once-per-tick job, over the ticks due inside the measured windo
   claim landed and nothing ran under it (the failure of tests/integration/
   test_chaos_regressions.py);
 - **takeover** after a fault: from its start to the first accepted effect of a job after it
-  (once-per-tick: any tick; single-owner: a new term), the longest per fault kind.
+  and before the next fault (once-per-tick: any tick; single-owner: a new term, so only
+  faults that moved the single-owner count), the longest per fault kind.
 """
 
 from __future__ import annotations
@@ -125,13 +126,16 @@ def takeovers(
     """Fault kind -> the longest takeover (s) of the once-per-tick jobs and the single-owner
     (None when no fault of that kind changed the single-owner's term)."""
     accepted = sorted((e for e in effects if e.accepted), key=lambda e: e.at)
+    faults = sorted((f for f in timeline if f.kind != "start"), key=lambda f: f.start)
     longest: dict[str, dict[str, float | None]] = {}
-    for fault in timeline:
-        if fault.kind == "start":
-            continue
+    for index, fault in enumerate(faults):
+        # A takeover is this fault's only until the next fault begins.
+        horizon = faults[index + 1].start if index + 1 < len(faults) else fault.end + 30.0
         entry = longest.setdefault(fault.kind, {"once_per_tick_s": None, "single_owner_s": None})
         for job in once_per_tick:
-            first = next((e.at for e in accepted if e.job == job and e.at >= fault.start), None)
+            first = next(
+                (e.at for e in accepted if e.job == job and fault.start <= e.at < horizon), None
+            )
             _keep_max(entry, "once_per_tick_s", first, fault.start)
         owner_before = max(
             (e.token or 0 for e in accepted if e.job == single_owner and e.at < fault.start),
@@ -143,9 +147,8 @@ def takeovers(
                 for e in accepted
                 if e.job == single_owner
                 and e.kind == "term"
-                and e.at >= fault.start
+                and fault.start <= e.at < horizon
                 and (e.token or 0) > owner_before
-                and e.at <= fault.end + 30.0
             ),
             None,
         )
