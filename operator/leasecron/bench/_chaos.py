@@ -30,6 +30,7 @@ from typing import Any
 from leasecron.bench._chaos_faults import KINDS, Driver
 from leasecron.bench._chaos_figures import (
     due_ticks,
+    missed_by_operator,
     outcomes_by_tick,
     single_owner_figures,
     takeovers,
@@ -269,7 +270,11 @@ def _collect(
             time.sleep(2.0)
             continue
         figures = tick_figures(
-            jobs=ONCE_PER_TICK, due=due, effects=effects, outcomes=outcomes_by_tick(jobruns)
+            jobs=ONCE_PER_TICK,
+            due=due,
+            effects=effects,
+            outcomes=outcomes_by_tick(jobruns),
+            by_operator=missed_by_operator(jobruns),
         )
         if figures["never_run_silent"] == 0 or time.monotonic() > deadline:
             break

@@ -52,12 +52,25 @@ def outcomes_by_tick(jobruns: Iterable[Mapping[str, Any]]) -> dict[tuple[str, st
     return found
 
 
+def missed_by_operator(jobruns: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """(job, tick) of the Missed JobRuns the operator wrote (no holder; a replica's catch-up
+    writes its own identity)."""
+    return {
+        (str(spec.get("job")), str(spec.get("tick")))
+        for run in jobruns
+        if (spec := run.get("spec") or {}).get("tick")
+        and (run.get("status") or {}).get("outcome") == MISSED
+        and not spec.get("holder")
+    }
+
+
 def tick_figures(
     *,
     jobs: Sequence[str],
     due: Sequence[str],
     effects: Sequence[Effect],
     outcomes: Mapping[tuple[str, str], list[str]],
+    by_operator: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
 ) -> dict[str, Any]:
     """The per-tick figures over `jobs` x `due` (see the module docstring)."""
     attempts: Counter[tuple[str, str]] = Counter()
@@ -84,6 +97,7 @@ def tick_figures(
         "duplicate_effects": sum(max(0, accepted[key] - 1) for key in wanted),
         "ticks_never_run": len(never),
         "never_run_alarmed_missed": len(missed),
+        "of_those_missed_by_operator": sum(1 for key in missed if key in by_operator),
         "never_run_recorded_failed": len(failed),
         "never_run_silent": len(silent),
         "never_run_silent_claimed_unrun": sum(

@@ -28,7 +28,12 @@ def render(figures: dict[str, Any]) -> str:
         ),
         ("duplicate effects after fencing", show(figures["duplicate_effects"]), "0"),
         ("ticks never run (no accepted effect)", show(never), ""),
-        ("  alarmed: Missed JobRun (MissedRun)", show(figures["never_run_alarmed_missed"]), ""),
+        ("  alarmed: Missed JobRun", show(figures["never_run_alarmed_missed"]), ""),
+        (
+            "    of which written by the operator",
+            show(figures["of_those_missed_by_operator"]),
+            "(the rest: a replica's catch-up)",
+        ),
         (
             "  recorded: run Abandoned/LostLock/Failed",
             show(figures["never_run_recorded_failed"]),
@@ -41,7 +46,7 @@ def render(figures: dict[str, Any]) -> str:
             "",
         ),
         ("  alarmed or recorded", _pct(alarmed, never), "100 %"),
-        ("missedRuns in job status", show(figures["missed_runs_status"]), ""),
+        ("status.missedRuns (operator's count)", show(figures["missed_runs_status"]), ""),
         ("stale writes refused by the fence", show(figures["refused_writes"]), ""),
         (
             "single-owner terms / mails / stale refused",
