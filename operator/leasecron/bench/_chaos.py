@@ -21,13 +21,14 @@ import json
 import random
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leasecron.bench._chaos_faults import KINDS, Driver
+from leasecron.bench._chaos_faults import KINDS, Driver, FaultRecord
 from leasecron.bench._chaos_figures import (
     due_ticks,
     missed_by_operator,
@@ -138,6 +139,46 @@ class _Reader:
         return items
 
 
+class _OperatorSupervisor:
+    """The operator as a Deployment keeps it: restarted whenever it exits (it exits on purpose
+    when it loses its election Lease, to come back as a standby). Each restart is a timeline
+    entry `operator_restart`."""
+
+    def __init__(self, *, kubeconfig: Path, namespace: str, workdir: Path, driver: Driver) -> None:
+        self._kubeconfig, self._namespace, self._workdir = kubeconfig, namespace, workdir
+        self._driver = driver
+        self._halt = threading.Event()
+        self.current = self._spawn()
+        self._thread = threading.Thread(target=self._watch, name="chaos-operator", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> OperatorSubprocess:
+        return OperatorSubprocess(
+            kubeconfig=self._kubeconfig,
+            log_path=self._workdir / "operator.log",
+            namespaces=[self._namespace],
+            election_namespace=self._namespace,
+        )
+
+    def _watch(self) -> None:
+        while not self._halt.wait(0.5):
+            code = self.current.exit_code()
+            if code is not None and not self._halt.is_set():
+                now = time.time()
+                self._driver.timeline.append(
+                    FaultRecord(
+                        kind="operator_restart", start=now, end=now, detail={"exit_code": code}
+                    )
+                )
+                progress(f"the operator exited ({code}); restarting it as a Deployment would")
+                self.current = self._spawn()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join(timeout=5.0)
+        self.current.stop()
+
+
 @contextlib.contextmanager
 def _world(workdir: Path) -> Iterator[tuple[ControlPlane, Toxiproxy, LedgerServer]]:
     plane = ControlPlane(controller_manager=False, start_timeout=180.0)
@@ -202,14 +243,12 @@ def run_chaos(
             kinds=kinds,
             say=progress,
         )
-        operator = OperatorSubprocess(
-            kubeconfig=plane.kubeconfig,
-            log_path=workdir / "operator.log",
-            namespaces=[namespace],
-            election_namespace=namespace,
+        operator = _OperatorSupervisor(
+            kubeconfig=plane.kubeconfig, namespace=namespace, workdir=workdir, driver=driver
         )
         try:
-            operator.wait(operator.leading, timeout=_READY_TIMEOUT, what="leading")
+            first_operator = operator.current
+            first_operator.wait(first_operator.leading, timeout=_READY_TIMEOUT, what="leading")
             first = [driver.start_replica() for _ in range(replicas)]
             if not fleet.wait_ready(first, timeout=_READY_TIMEOUT):
                 raise BenchError(f"replicas not ready after {_READY_TIMEOUT:g}s; logs in {workdir}")
@@ -232,6 +271,9 @@ def run_chaos(
             figures["api_writes_by_resource"] = dict(writes)
             figures["every_replica_runs"] = fleet.runs.get(EVERY_REPLICA, 0)
             figures["replicas"], figures["replicas_started"] = replicas, len(fleet.all)
+            figures["operator_restarts"] = sum(
+                1 for record in driver.timeline if record.kind == "operator_restart"
+            )
             figures["minutes"], figures["fault_kinds"] = minutes, list(kinds)
             figures["workdir"] = str(workdir)
         finally:

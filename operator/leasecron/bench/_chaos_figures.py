@@ -140,7 +140,9 @@ def takeovers(
     """Fault kind -> the longest takeover (s) of the once-per-tick jobs and the single-owner
     (None when no fault of that kind changed the single-owner's term)."""
     accepted = sorted((e for e in effects if e.accepted), key=lambda e: e.at)
-    faults = sorted((f for f in timeline if f.kind != "start"), key=lambda f: f.start)
+    faults = sorted(
+        (f for f in timeline if f.kind not in ("start", "operator_restart")), key=lambda f: f.start
+    )
     longest: dict[str, dict[str, float | None]] = {}
     for index, fault in enumerate(faults):
         # A takeover is this fault's only until the next fault begins.

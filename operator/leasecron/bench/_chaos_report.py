@@ -62,6 +62,11 @@ def render(figures: dict[str, Any]) -> str:
             "",
         ),
         ("replicas (started in all)", f"{figures['replicas']} ({figures['replicas_started']})", ""),
+        (
+            "operator restarts (it exits when it loses its Lease)",
+            show(figures["operator_restarts"]),
+            "",
+        ),
     ]
     lines = [table(rows, title=f"leasecron bench chaos: {figures['minutes']:g} min")]
     lines.append("")

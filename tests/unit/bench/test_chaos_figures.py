@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from leasecron.bench._chaos_faults import FaultRecord
-from leasecron.bench._chaos_figures import due_ticks, takeovers, tick_figures
+from leasecron.bench._chaos_figures import (
+    due_ticks,
+    missed_by_operator,
+    outcomes_by_tick,
+    takeovers,
+    tick_figures,
+)
 from leasecron.bench._chaos_ledger import DUPLICATE, STALE, WRITTEN, FencedLedger
 
 T0, T1, T2, T3 = (f"2026-12-01T10:00:0{s}Z" for s in (0, 2, 4, 6))
@@ -82,3 +88,23 @@ def test_the_takeover_of_a_fault_runs_to_the_first_accepted_effect_after_it() ->
     )
     assert longest["kill"]["once_per_tick_s"] == 3.0
     assert longest["kill"]["single_owner_s"] is None
+
+
+def test_missed_jobruns_without_a_holder_are_the_operators() -> None:
+    def run(tick: str, holder: str, outcome: str) -> dict[str, object]:
+        return {
+            "spec": {"job": "j", "tick": tick, "holder": holder},
+            "status": {"outcome": outcome},
+        }
+
+    jobruns = [run(T0, "", "Missed"), run(T1, "replica-1", "Missed"), run(T2, "", "Succeeded")]
+    assert missed_by_operator(jobruns) == {("j", T0)}
+    figures = tick_figures(
+        jobs=["j"],
+        due=[T0, T1],
+        effects=[],
+        outcomes=outcomes_by_tick(jobruns),
+        by_operator=missed_by_operator(jobruns),
+    )
+    assert figures["never_run_alarmed_missed"] == 2
+    assert figures["of_those_missed_by_operator"] == 1
