@@ -183,7 +183,7 @@ class ControlPlane(ClusterAccess):
             etcd_url = self._etcd_url or self._start_etcd()
             self._start_apiserver_process(etcd_url=etcd_url)
             if "etcd" in self._processes:
-                self._wait_etcd()
+                self._wait(self._processes["etcd"], ready=self._etcd_healthy)
             self._wait_apiserver()
             write_kubeconfig(
                 self.kubeconfig,
@@ -228,22 +228,20 @@ class ControlPlane(ClusterAccess):
             raise
 
     def stop_etcd(self) -> None:
-        """SIGKILL only etcd (its data directory stays): the API server answers errors until
-        `start_etcd`. Not for a cluster started with `etcd_url`."""
+        """SIGKILL only etcd, keeping its data: the API server fails requests until `start_etcd`."""
         process = self._processes.pop("etcd", None)
         if process is not None:
             process.stop()
             _log.info("etcd stopped", port=self._etcd_port)
 
     def start_etcd(self, *, timeout: float | None = None) -> None:
-        """Start etcd again with the same ports and data directory; wait until healthy."""
-        if "etcd" in self._processes:
-            raise ControlPlaneError("already running", component="etcd")
-        if "etcd" not in self._argv:
-            raise ControlPlaneError("this cluster did not start etcd", component="etcd")
-        process = self._spawn("etcd", self._argv["etcd"])
+        """Start etcd again (same ports and data; not with `etcd_url`); wait until healthy."""
+        if "etcd" in self._processes or "etcd" not in self._argv:
+            raise ControlPlaneError("running, or not started by this cluster", component="etcd")
         try:
-            self._wait(process, ready=self._etcd_healthy, timeout=timeout)
+            self._wait(
+                self._spawn("etcd", self._argv["etcd"]), ready=self._etcd_healthy, timeout=timeout
+            )
         except BaseException:
             self.stop_etcd()
             raise
@@ -323,9 +321,6 @@ class ControlPlane(ClusterAccess):
             ],
         )
         return url
-
-    def _wait_etcd(self) -> None:
-        self._wait(self._processes["etcd"], ready=self._etcd_healthy)
 
     def _etcd_healthy(self) -> bool:
         answer = _http_get(port=self._etcd_port or 0, path="/health", tls=None)
