@@ -92,6 +92,9 @@ class Expectation:
     unrun_claims: frozenset[datetime] = frozenset()
     """The ticks of `new_missed` that were claimed but never run."""
     record_grace: timedelta = DEFAULT_RECORD_GRACE
+    recorded_elsewhere: tuple[datetime, ...] = ()
+    """Missed ticks a replica already recorded (its catch-up, or a claim whose grant ended
+    before the tick started): no record to write, but the same alarm (Event and count)."""
 
 
 def initial_memory(
@@ -347,6 +350,16 @@ def _expect_ticks(
         seen = {t: v for t, v in seen.items() if t == due or v not in (UNCLAIMED, RAN)}
     due_seen = seen.get(due) or verdict(facts, snapshot, runs, due, record_grace=record_grace)
     new_missed = tuple(tick for tick, v in sorted(seen.items()) if v in (UNCLAIMED, UNRUN_CLAIM))
+    # A Missed record a replica wrote (the operator's have no holder) is alarmed once, when its
+    # tick is first judged; after a restart or failover only ticks judged from now on count.
+    first_pass = memory.checked_through is None
+    recorded_elsewhere = tuple(
+        tick
+        for tick, v in sorted(seen.items())
+        if v == RECORDED_MISSED
+        and not first_pass
+        and runs[jobrun_name(facts.ref.name, tick)].holder
+    )
     pending = tuple(tick for tick, v in sorted(seen.items()) if v == PENDING)
     memory = replace(memory, checked_through=due, pending=pending)
     condition = _tick_condition(
@@ -360,4 +373,5 @@ def _expect_ticks(
         memory=memory,
         unrun_claims=frozenset(t for t in new_missed if seen[t] == UNRUN_CLAIM),
         record_grace=record_grace,
+        recorded_elsewhere=recorded_elsewhere,
     )

@@ -318,6 +318,10 @@ class Reconciler:
                 return False
             await self._alarm(facts, f"Job {job}: {message}")
             self._unwritten_missed[facts.ref.uid] += 1
+        for tick in expectation.recorded_elsewhere:
+            message = f"tick {format_tick(tick)} did not run; a replica recorded it as Missed."
+            await self._alarm(facts, f"Job {job}: {message}")
+            self._unwritten_missed[facts.ref.uid] += 1
         return True
 
     async def _alarm(self, facts: JobFacts, message: str) -> None:

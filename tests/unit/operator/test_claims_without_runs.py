@@ -203,3 +203,25 @@ def test_the_recheck_comes_when_a_pending_tick_runs_out_of_grace() -> None:
     plan = plan_job(job, view, memory, previous={}, record_grace=timedelta(hours=1))
     assert plan.expectation.memory.pending == (due,)
     assert plan.recheck_at == at.monotonic() + 3  # due + 3s + 1h
+
+
+def test_a_missed_tick_a_replica_recorded_is_alarmed_once_without_a_second_record() -> None:
+    at = clock()
+    recorded = run(DUE, "Missed", holder="replica-a")
+    result = judge(at, steady(), claimed_through=DUE, runs=(recorded,))
+    assert result.new_missed == ()  # the record exists: nothing to write
+    assert result.recorded_elsewhere == (DUE,)  # but the alarm is raised
+    assert (result.condition.status, result.condition.reason) == (c.FALSE, c.REASON_MISSED_RUN)
+    again = judge(at, result.memory, claimed_through=DUE, runs=(recorded,))
+    assert again.recorded_elsewhere == ()  # once
+
+
+def test_the_operators_own_missed_records_and_those_before_a_restart_are_not_alarmed_again() -> (
+    None
+):
+    at = clock()
+    own = run(DUE, "Missed", holder="")
+    assert judge(at, steady(), claimed_through=DUE, runs=(own,)).recorded_elsewhere == ()
+    by_replica = run(DUE, "Missed", holder="replica-a")
+    fresh = memory_for()  # after a restart or failover: judged before, maybe alarmed then
+    assert judge(at, fresh, claimed_through=DUE, runs=(by_replica,)).recorded_elsewhere == ()
