@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,12 +36,10 @@ from leasecron.models.specs import (
 )
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._planning import NextTick, plan_claimed, tick_key
-from leasecron.runtime._services import RecordMode, Services
+from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
 from leasecron.runtime._ticks import TickOrder
 
 _log = get_logger("leasecron.runtime.once")
-_LATE = "no replica started this tick before its startingDeadline"
-_ENDED = "the claim's grant ended (expired, lost or shut down) before this tick could start"
 _UNGUARDED_MEMORY = 1000
 """Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
 
@@ -195,17 +192,14 @@ class LockDispatch:
         watch = services.stop_when_lost(grant.lost, control)
         try:
             async with _GrantGuard(lock, grant, clock=services.clock):
-                await _record_missed(services, job, plan.missed, grant.token, reason=_LATE)
-                for index, tick in enumerate(plan.run):
-                    if control.stopping or not grant.held:
-                        # The Lease records these ticks as claimed: nobody else will run them.
-                        unrun = plan.run[index:]
-                        await _record_missed(services, job, unrun, grant.token, reason=_ENDED)
-                        return
-                    lag = tick == plan.claimed and not order.planned.catch_up
-                    await services.run_tick(
-                        job, tick, control, fence=grant, record=RecordMode.GUARDED, observe_lag=lag
-                    )
+                await services.run_plan(
+                    job,
+                    plan,
+                    control,
+                    fence=grant,
+                    record=lambda _: RecordMode.GUARDED,
+                    observe_lag=lambda tick: tick == plan.claimed and not order.planned.catch_up,
+                )
         finally:
             watch()
             await grant.release()
@@ -222,7 +216,7 @@ class LockDispatch:
         if grant.tick in self._unguarded or late:
             await grant.release()
             if late and grant.tick not in self._unguarded:
-                await _record_missed(services, job, (grant.tick,), grant.token, reason=_LATE)
+                await services.record_missed(job, (grant.tick,), grant.token, reason=MISSED_LATE)
             return
         control = RunControl()
         order = TickOrder(job, NextTick(grant.tick), not_before=grant.tick)
@@ -261,28 +255,3 @@ class _GrantGuard:
         while grant.held:
             remaining = grant.expires_at - self._clock.monotonic()
             await grant.lost.wait_async(max(0.01, remaining))
-
-
-async def _record_missed(
-    services: Services,
-    job: ScheduledJob,
-    ticks: Sequence[datetime],
-    token: int,
-    *,
-    reason: str,
-) -> None:
-    if not ticks:
-        return
-    written = await services.recorder.record_missed(
-        job, ticks, holder=services.identity, token=token, reason=reason
-    )
-    _log.info(
-        "missed ticks recorded",
-        job=job.name,
-        namespace=services.namespace,
-        holder=services.identity,
-        token=token,
-        missed=len(ticks),
-        written=written,
-        reason=reason,
-    )

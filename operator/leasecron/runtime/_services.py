@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,6 +34,7 @@ from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
+from leasecron.runtime._planning import TickPlan
 from leasecron.runtime._records import Recorder, outcome_of
 from leasecron.runtime._registry import HandlerRegistry
 
@@ -60,6 +61,10 @@ class Tuning:
     """leaseDurationSeconds of a shard grant: renewed every third of it while runs under the
     shard go; a replica that dies or stops loses its shards after this long."""
     """Seconds an unguarded run waits for its JobRun create before running without it."""
+
+
+MISSED_LATE = "no replica started this tick before its startingDeadline"
+MISSED_ENDED = "the claim's grant ended (expired, lost or shut down) before this tick could start"
 
 
 class RecordMode(Enum):
@@ -279,6 +284,54 @@ class Services:
             labels=labels,
             owner_reference=owner_reference,
             floor=floor,
+        )
+
+    async def run_plan(
+        self,
+        job: ScheduledJob,
+        plan: TickPlan,
+        control: RunControl,
+        *,
+        fence: Fence,
+        record: Callable[[datetime], RecordMode],
+        observe_lag: Callable[[datetime], bool],
+        delay: Callable[[datetime], float] = lambda _: 0.0,
+    ) -> None:
+        """Run a claimed plan under `fence` (per-job grant or shard claim alike): record its
+        missed ticks, then run each planned tick in order through `run_tick`. Once the fence
+        has ended (or a stop was asked), the ticks not started are recorded `Missed`: the Lease
+        records them as claimed, so nobody else will run them."""
+        await self.record_missed(job, plan.missed, fence.token, reason=MISSED_LATE)
+        for index, tick in enumerate(plan.run):
+            if control.stopping or not fence.held:
+                unrun = plan.run[index:]
+                await self.record_missed(job, unrun, fence.token, reason=MISSED_ENDED)
+                return
+            wait = delay(tick)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self.run_tick(
+                job, tick, control, fence=fence, record=record(tick), observe_lag=observe_lag(tick)
+            )
+
+    async def record_missed(
+        self, job: ScheduledJob, ticks: Sequence[datetime], token: int, *, reason: str
+    ) -> None:
+        """Write a `Missed` JobRun for each of `ticks` (as their claimant, with `token`)."""
+        if not ticks:
+            return
+        written = await self.recorder.record_missed(
+            job, ticks, holder=self.identity, token=token, reason=reason
+        )
+        _log.info(
+            "missed ticks recorded",
+            job=job.name,
+            namespace=self.namespace,
+            holder=self.identity,
+            token=token,
+            missed=len(ticks),
+            written=written,
+            reason=reason,
         )
 
     def stop_when_lost(self, lost: LostEvent, control: RunControl) -> Callable[[], None]:

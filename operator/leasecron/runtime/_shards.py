@@ -32,7 +32,6 @@ from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
 from leasecron.models.shards import due_at, group_by_shard, shard_key, shard_lease_name, shard_of
 from leasecron.models.specs import ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._once import _ENDED, _LATE, _record_missed
 from leasecron.runtime._planning import (
     NextTick,
     TickPlan,
@@ -361,25 +360,17 @@ class ShardTicks:
         unlink = services.stop_when_lost(fence.lost, control)
         watchdog = asyncio.get_running_loop().create_task(fence.watch())
         try:
-            await _record_missed(services, job, plan.missed, grant.token, reason=_LATE)
-            for index, tick in enumerate(plan.run):
-                if control.stopping or not fence.held:
-                    # The shard Lease records these ticks as claimed: nobody else runs them.
-                    unrun = plan.run[index:]
-                    await _record_missed(services, job, unrun, grant.token, reason=_ENDED)
-                    return
-                claimed = tick == plan.claimed
-                delay = jitter_delay(job.name, tick, job.spec.jitter) if claimed else 0.0
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await services.run_tick(
-                    job,
-                    tick,
-                    control,
-                    fence=fence,
-                    record=RecordMode.DEFERRED if claimed else RecordMode.GUARDED,
-                    observe_lag=claimed,
-                )
+            await services.run_plan(
+                job,
+                plan,
+                control,
+                fence=fence,
+                record=lambda t: RecordMode.DEFERRED if t == plan.claimed else RecordMode.GUARDED,
+                observe_lag=lambda t: t == plan.claimed,
+                delay=lambda t: (
+                    jitter_delay(job.name, t, job.spec.jitter) if t == plan.claimed else 0.0
+                ),
+            )
         finally:
             watchdog.cancel()
             unlink()
