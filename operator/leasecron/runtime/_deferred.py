@@ -3,7 +3,8 @@ already guarantees (docs/claims.md).
 
 A handler under such a claim starts at once; its JobRun is queued and written by a few
 writer tasks in the order the runs started: one create (with the final outcome when the run
-ended before the create went out, else `Running` and then one status patch). A `Missed`
+ended before the create went out, else `Running` and then one status patch), and the
+records of runs that ended while the store was out of reach (`ended`). A `Missed`
 record of the tick (the operator's, when the record came late) is taken over, as the
 Recorder does for records written later. A failed write is retried with back-off until it
 lands; nothing is dropped. The queue is bounded (`DEFERRED_LIMIT`): when it is full, `start`
@@ -91,6 +92,14 @@ class DeferredRecords:
         self._pending.add(entry)
         self._queue(entry)
         return entry
+
+    def ended(self, run: JobRun, *, job_uid: str | None) -> None:
+        """Queue the record of a run that has already ended (`run` carries its outcome), e.g.
+        one that ran unguarded while the store was out of reach. Never refused: such runs
+        are at most one per tick and job while the store is away."""
+        entry = DeferredRun(run=run, job_uid=job_uid, final=run)
+        self._pending.add(entry)
+        self._queue(entry)
 
     def finish(self, entry: DeferredRun, *, outcome: Outcome, message: str, now: datetime) -> None:
         """The run ended: its final status goes out with the create, or as a patch after it."""

@@ -8,16 +8,14 @@ never raised: a run that happened is not undone because its record could not be 
 
 A create whose reply was lost may have landed: it is read back before it counts as not
 written. Records of runs that happened while the store was out of reach (unguarded runs) go
-to a backlog that is written, with retries, once the store answers again (`record_later`,
-`RECORD_BACKLOG`); the backlog lives in memory, so a replica that dies with records pending
-loses them (the operator then records those ticks as Missed).
+to the same queue as records written off the start path (`_deferred.DeferredRecords`), written
+with retries once the store answers again (`record_later`, `RECORD_BACKLOG`); the queue lives
+in memory, so a replica that dies with records pending loses them (the operator then records
+those ticks as Missed).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,9 +33,6 @@ from leasecron.runtime._deferred import DeferredRecords
 from leasecron.runtime._invoke import HandlerEnd, StopReason
 
 _log = get_logger("leasecron.runtime.records")
-BACKLOG_LIMIT = 10_000
-"""Records kept for later at most; beyond it the oldest is dropped with an error log."""
-_RETRY_CAP = 2.0
 
 
 def describe_error(error: BaseException) -> str:
@@ -90,9 +85,6 @@ class Recorder:
         self.namespace = namespace
         self._clock = clock
         self.listeners: list[Callable[[RunOutcome], None]] = []
-        self._backlog: deque[tuple[JobRun, str | None]] = deque()
-        self._writer: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
         self.deferred = DeferredRecords(self)
         """Records of runs started off the record (under a shard claim)."""
 
@@ -127,8 +119,9 @@ class Recorder:
         body = run.to_resource(job_uid=job_uid)
         try:
             await self._jobruns.create(namespace=self.namespace, body=body)
-        except AlreadyExists as taken:
-            await self._take_missed(run, body, taken)
+        except AlreadyExists:
+            if not await self._take_over_missed(run, body):
+                raise
 
     async def landed(self, run: JobRun) -> bool:
         """Whether our create of `run`, whose reply was lost, is in the store (a GET)."""
@@ -143,26 +136,28 @@ class Recorder:
             and spec.get("fencingToken") == run.spec.fencing_token
         )
 
-    async def _take_missed(self, run: JobRun, body: dict[str, Any], taken: AlreadyExists) -> None:
+    async def _take_over_missed(self, run: JobRun, body: dict[str, Any]) -> bool:
+        """Replace the operator's (or a catch-up's) `Missed` record of `run`'s tick with
+        `body`, conditional on its version; False when the record there is another run's
+        (or cannot be read: not knowing which, it stays the record) or was taken meanwhile."""
         try:
             existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
-        except KubeError as e:
-            raise taken from e  # a record is there; not knowing which, it stays the record
+        except KubeError:
+            return False
         status = (existing or {}).get("status") or {}
         if existing is None or status.get("outcome") != Outcome.MISSED.value:
-            raise taken
+            return False
         version = (existing.get("metadata") or {}).get("resourceVersion")
         patch = {
             "metadata": {"resourceVersion": version},
             "spec": body["spec"],
-            "status": {**body["status"], "message": ""},
+            "status": {"message": "", **body["status"]},
         }
         try:
             await self._jobruns.patch_status(namespace=self.namespace, name=run.name, patch=patch)
-        except Conflict as e:
-            raise AlreadyExists(
-                f"JobRun {run.name} was taken meanwhile", reason="AlreadyExists"
-            ) from e
+        except Conflict:
+            return False
+        return True
 
     async def start_term(self, job: ScheduledJob, *, token: int, holder: str) -> JobRun:
         """Create the Running JobRun of a single-owner ownership term."""
@@ -195,8 +190,8 @@ class Recorder:
         )
 
     def update_backlog(self) -> None:
-        """Set the backlog gauge: records for later plus records off the start path."""
-        RECORD_BACKLOG.set(len(self._backlog) + self.deferred.pending)
+        """Set the backlog gauge: records not written yet."""
+        RECORD_BACKLOG.set(self.deferred.pending)
 
     async def finish(self, run: JobRun, *, outcome: Outcome, message: str) -> None:
         """Patch the run's final status; logged, not raised, when it cannot be written."""
@@ -255,89 +250,35 @@ class Recorder:
     # --- records written later ---------------------------------------------------------------
 
     def record_later(self, run: JobRun, *, job_uid: str | None) -> None:
-        """Write `run` (with its final outcome) once the store answers; never dropped
-        silently. A `Missed` record of the same tick is taken over; any other is kept."""
-        if len(self._backlog) >= BACKLOG_LIMIT:
-            dropped, _ = self._backlog.popleft()
-            _log.error("run record backlog full; dropping the oldest", jobrun=dropped.name)
-        self._backlog.append((run, job_uid))
-        self.update_backlog()
-        self._wake.set()
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(
-                self._write_backlog(), name="leasecron record backlog"
-            )
+        """Write `run` (with its final outcome) once the store answers, with retries; never
+        dropped. A `Missed` record of the same tick is taken over; any other is kept."""
+        self.deferred.ended(run, job_uid=job_uid)
 
     @property
     def backlog(self) -> int:
-        """Records waiting to be written (for later and off the start path)."""
-        return len(self._backlog) + self.deferred.pending
+        """Records waiting to be written."""
+        return self.deferred.pending
 
     async def flush(self, *, timeout: float) -> bool:  # noqa: ASYNC109
-        """Wait up to `timeout` seconds for the backlog to be written; True when it is."""
-        writer = self._writer
-        started = self._clock.monotonic()
-        if writer is not None and not writer.done():
-            self._wake.set()  # try again now rather than after the current back-off
-            await asyncio.wait([writer], timeout=timeout)
-        left = max(0.0, timeout - (self._clock.monotonic() - started))
-        deferred = await self.deferred.flush(timeout=left)
-        return not self._backlog and deferred
+        """Wait up to `timeout` seconds for the waiting records to be written; True when
+        they are."""
+        return await self.deferred.flush(timeout=timeout)
 
     async def close(self) -> None:
-        """Stop writing the backlog (what is left is logged)."""
+        """Stop writing (what is left is logged)."""
         await self.deferred.close()
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await writer
-        if self._backlog:
-            _log.error(
-                "run records not written at shutdown",
-                jobruns=[run.name for run, _ in self._backlog],
-            )
-
-    async def _write_backlog(self) -> None:
-        delay = 0.25
-        while self._backlog:
-            run, job_uid = self._backlog[0]
-            try:
-                await self.write_final(run, job_uid)
-            except (KubeError, TimeoutError) as e:
-                _log.info("run record not written yet", jobrun=run.name, error=repr(e))
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                delay = min(_RETRY_CAP, delay * 2)
-                continue
-            delay = 0.25
-            self._backlog.popleft()
-            self.update_backlog()
 
     async def write_final(self, run: JobRun, job_uid: str | None) -> None:
+        """Create the finished `run`, or take over a `Missed` record of its tick (raises
+        KubeError: the caller retries)."""
         body = run.to_resource(job_uid=job_uid)
         try:
             await self._jobruns.create(namespace=self.namespace, body=body)
-            return
         except AlreadyExists:
-            pass
+            await self._take_over_missed(run, body)  # another run on record stays the record
         except (OutcomeUnknown, TimeoutError):
-            if await self.landed(run):
-                return
-            raise
-        existing = await self._jobruns.get(namespace=self.namespace, name=run.name)
-        status = (existing or {}).get("status") or {}
-        if existing is None or status.get("outcome") != Outcome.MISSED.value:
-            return  # another run of the tick is on record: it stays the record
-        version = (existing.get("metadata") or {}).get("resourceVersion")
-        patch = {
-            "metadata": {"resourceVersion": version},
-            "spec": body["spec"],
-            "status": body["status"],
-        }
-        with contextlib.suppress(Conflict):
-            await self._jobruns.patch_status(namespace=self.namespace, name=run.name, patch=patch)
+            if not await self.landed(run):
+                raise
 
     def count(
         self,
