@@ -118,7 +118,6 @@ class TickLock(LeaseParty):
         """Tokens this process holds on purpose on the Lease (shared by all its locks)."""
         self._uncertain: dict[int, _Uncertain] = {}
         self._resolving: dict[int, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self._unwatch = self.lease.view.watch(self.namespace, self.name, self._changed)
 
     # --- what is ours ------------------------------------------------------------------------
@@ -320,18 +319,20 @@ class TickLock(LeaseParty):
 
     # --- orphans ------------------------------------------------------------------------------
 
-    def _resolve_soon(self, token: int) -> None:
+    def _resolve_soon(self, token: int, free_at: float = 0.0) -> None:
+        """Take care of our grant `token` (one task per token, however often it is asked):
+        adopt it when it is an uncertain claim that landed, else free it at `free_at`."""
         if token in self._resolving:
             return
         task = asyncio.get_running_loop().create_task(
-            self._resolve(token), name=f"orphan {self.name} {token}"
+            self._resolve(token, free_at), name=f"resolve {self.name} {token}"
         )
         self._resolving[token] = task
         task.add_done_callback(lambda _: self._resolving.pop(token, None))
 
-    async def _resolve(self, token: int) -> None:
-        """Our own grant `token` that we have no record of: adopt the uncertain claim it came
-        from, or free it (after its atLeastFor hold, if it has one)."""
+    async def _resolve(self, token: int, free_at: float) -> None:
+        """Our own grant `token` that we have no record of, or could not release: adopt the
+        uncertain claim it came from, or free it (after its atLeastFor hold, if it has one)."""
         claim = self._uncertain.pop(token, None)
         if claim is not None:
             grant = self._grant(token, claim)
@@ -343,8 +344,8 @@ class TickLock(LeaseParty):
             else:
                 await self.release(grant)
             return
-        self._log.warning("freeing a grant of ours that nothing runs under", token=token)
-        await self._free_when_possible(token, 0.0)
+        self._log.info("freeing a grant of ours that nothing runs under", token=token)
+        await self._free_when_possible(token, free_at)
 
     async def _free_when_possible(self, token: int, free_at: float) -> None:
         """Free our grant `token` at `free_at` (local monotonic), retrying while the store
@@ -374,14 +375,6 @@ class TickLock(LeaseParty):
                 self._log.info("could not free our grant yet", token=token, error=repr(e))
                 await asyncio.sleep(delay)
                 delay = min(_FREE_RETRY_CAP, delay * 2)
-
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        async def run() -> None:
-            await coro
-
-        task = asyncio.get_running_loop().create_task(run(), name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # --- renew and release ----------------------------------------------------------------
 
@@ -463,9 +456,7 @@ class TickLock(LeaseParty):
                 self._forget(grant.token)
                 return ReleaseResult.FREED
             self._mine[grant.token] = decision.free_at
-            self._spawn(
-                self._free_when_possible(grant.token, decision.free_at), f"free {self.name}"
-            )
+            self._resolve_soon(grant.token, decision.free_at)
             return ReleaseResult.HELD
         self._forget(grant.token)
         return ReleaseResult.NOT_OURS
@@ -479,7 +470,7 @@ class TickLock(LeaseParty):
         # Ours on purpose only while atLeastFor holds it; an orphan to free after that.
         free_at = decision.free_at or 0.0
         self._mine[grant.token] = free_at
-        self._spawn(self._free_when_possible(grant.token, free_at), f"free {self.name}")
+        self._resolve_soon(grant.token, free_at)
         return ReleaseResult.KEPT
 
     def keep_alive(self, grant: Grant, *, listeners: Sequence[Listener] = ()) -> KeepAlive:
@@ -492,7 +483,7 @@ class TickLock(LeaseParty):
         """Stop watching, cancel scheduled frees and orphan handling (the Lease then simply
         expires)."""
         self._unwatch()
-        tasks = [*self._tasks, *self._resolving.values()]
+        tasks = list(self._resolving.values())
         for task in tasks:
             task.cancel()
         for task in tasks:
