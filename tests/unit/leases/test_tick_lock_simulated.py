@@ -149,3 +149,43 @@ def test_no_claim_succeeds_while_the_store_is_down() -> None:
 
     results = simulate(server.clock, main)
     assert all(isinstance(r, Skipped) and r.unreachable for r in results), results
+
+
+def test_two_locks_of_one_process_never_free_each_others_grants() -> None:
+    """A grant in this process's identity that one lock holds is not an orphan to another
+    lock of the same process on the same Lease (they share the process's view)."""
+    server = FakeLeaseServer(FakeClock())
+
+    async def main() -> tuple[bool, str]:
+        cache = server.cache()
+        first = TickLock(
+            server.client("a"),
+            cache,
+            namespace=NS,
+            name=LEASE,
+            config=LockConfig(at_most_for=10),
+            identity="a",
+            clock=server.clock,
+        )
+        grant = await first.claim(TICK)
+        assert grant is not None
+        second = TickLock(
+            server.client("a"),
+            cache,
+            namespace=NS,
+            name=LEASE,
+            config=LockConfig(at_most_for=10),
+            identity="a",
+            clock=server.clock,
+        )
+        await grant.renew()  # a change of the Lease both locks see
+        await asyncio.sleep(1)
+        stored = server.stored(NS, LEASE)
+        assert stored is not None
+        held = grant.held
+        await grant.release()
+        await first.close()
+        await second.close()
+        return held, stored["spec"]["holderIdentity"]
+
+    assert simulate(server.clock, main) == (True, "a")
