@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, CoordinationV1Api, CustomObjectsApi
+from prometheus_client import REGISTRY
 
 from leasecron import JobContext, Scheduler
 from leasecron.coordination import Elector, lease_informer
@@ -20,7 +21,7 @@ from leasecron.kube.clients import Kube
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, job_lease_name, jobrun_name
 from leasecron.runtime import Tuning
-from leasecron.testing import apply_manifests
+from leasecron.testing import apply_manifests, poll
 from leasecron.testing.faults import Fault
 from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
@@ -159,8 +160,13 @@ def test_run_locally_never_runs_a_tick_while_another_replica_holds_the_job(
     handler = CapturingHandler()
     scheduler = _scheduler(kube, namespace, "held", handler)
     scheduler.start()
+    labels = {"job_namespace": namespace, "scheduled_job": "held", "reason": "live_grant"}
+
+    def skipped() -> float:
+        return REGISTRY.get_sample_value("leasecron_skips_total", labels) or 0.0
+
     try:
-        time.sleep(5)  # five ticks: each must be skipped, and nothing can signal a skip here
+        poll(lambda: skipped() >= 5 or None, timeout=30, what="five ticks skipped as live_grant")
     finally:
         scheduler.stop()
     assert handler.calls == 0, [ctx.tick for ctx in handler.contexts]
