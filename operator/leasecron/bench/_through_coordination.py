@@ -96,7 +96,7 @@ class CountingStore:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any] | None:
         self.requests += 1
-        return await self._store.get(namespace=namespace, name=name)
+        return await self._store.get(namespace=namespace, name=name, timeout=timeout)
 
     async def create(
         self,
@@ -106,7 +106,7 @@ class CountingStore:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
         self.requests += 1
-        return await self._store.create(namespace=namespace, body=body)
+        return await self._store.create(namespace=namespace, body=body, timeout=timeout)
 
     async def replace(
         self,
@@ -116,7 +116,7 @@ class CountingStore:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
         self.requests += 1
-        return await self._store.replace(namespace=namespace, body=body)
+        return await self._store.replace(namespace=namespace, body=body, timeout=timeout)
 
 
 class StandbyMeter:
