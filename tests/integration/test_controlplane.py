@@ -375,6 +375,39 @@ def test_cluster_up_stops_every_component_when_interrupted(
     assert not workdir.exists()
 
 
+def test_cluster_up_stops_cleanly_when_interrupted_while_printing_how_to_use_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C the moment the KUBECONFIG line is out (before the wait begins) still means
+    "stop": exit 0, every component stopped, no "Aborted!"."""
+    from click.testing import CliRunner
+
+    from leasecron.cli import _cluster, main
+
+    lines: list[str] = []
+    echo = _cluster.click.echo
+
+    def interrupted_after_the_first_line(message: Any = None, **kwargs: Any) -> None:
+        echo(message, **kwargs)
+        lines.append(str(message))
+        if len(lines) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_cluster.click, "echo", interrupted_after_the_first_line)
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+
+    result = CliRunner().invoke(main, ["cluster", "up"])
+
+    assert lines[0].startswith("export KUBECONFIG="), lines
+    workdir = Path(lines[0].removeprefix("export KUBECONFIG=")).parent
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "stopping" in lines
+    assert "Aborted" not in result.output
+    left = {child.pid for child in psutil.Process().children(recursive=True)} - before
+    assert [pid for pid in left if psutil.pid_exists(pid)] == []
+    assert not workdir.exists()
+
+
 # -- finding the binaries ----------------------------------------------------------------------
 
 

@@ -113,29 +113,37 @@ def run(crds: bool, keep_on_failure: bool, command: tuple[str, ...]) -> None:
 @click.option("--crds", is_flag=True, help="Install leasecron's CRDs.")
 def up(crds: bool) -> None:
     """Start a cluster, print how to use it, and keep it until Ctrl-C."""
+    _stop_on_ctrl_c()
     with _started(crds=crds) as plane:
-        dirs = os.pathsep.join(str(d) for d in plane.assets.path_dirs)
-        click.echo(f"export KUBECONFIG={plane.kubeconfig}")
-        click.echo(f"export PATH={dirs}{os.pathsep}$PATH")
-        sys.stdout.flush()
-        click.echo(
-            f"control plane {plane.version} at {plane.server} "
-            f"(started in {plane.startup_seconds:.1f}s, logs in {plane.workdir / 'logs'}); "
-            "Ctrl-C to stop",
-            err=True,
-        )
+        # Ctrl-C may come the moment the first line is out: from here on it means "stop".
         try:
+            dirs = os.pathsep.join(str(d) for d in plane.assets.path_dirs)
+            click.echo(f"export KUBECONFIG={plane.kubeconfig}")
+            click.echo(f"export PATH={dirs}{os.pathsep}$PATH")
+            sys.stdout.flush()
+            click.echo(
+                f"control plane {plane.version} at {plane.server} "
+                f"(started in {plane.startup_seconds:.1f}s, logs in {plane.workdir / 'logs'}); "
+                "Ctrl-C to stop",
+                err=True,
+            )
             _wait_forever()
         except KeyboardInterrupt:
             click.echo("stopping", err=True)
 
 
+def _stop_on_ctrl_c() -> None:
+    """Make SIGINT raise KeyboardInterrupt in the main thread.
+
+    A shell starts background commands with SIGINT ignored, and Python then keeps it ignored;
+    Ctrl-C (or `kill -INT`) is this command's documented way to stop, so restore it."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _wait_forever() -> None:
     """Block until a signal interrupts us (SIGINT raises KeyboardInterrupt here)."""
     if threading.current_thread() is threading.main_thread():
-        # A shell starts background commands with SIGINT ignored, and Python then keeps it
-        # ignored; Ctrl-C (or `kill -INT`) is this command's documented way to stop, so restore it.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         while True:
             signal.pause()
     threading.Event().wait()
