@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import Unpack
+from typing import Any, Unpack
 
 from leasecron.coordination._views import LeaseCache, LeaseView
 from leasecron.coordination.grants import Grant
@@ -36,7 +36,7 @@ from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import expires_at, grant_live
 from leasecron.models.leases import LeaseRecord
 from leasecron.models.names import LABEL_GROUP
-from leasecron.models.shards import LABEL_SHARD
+from leasecron.models.shards import LABEL_SHARD, lease_annotations, parse_released
 
 DEFAULT_SHARD_LEASE_S = 10
 """leaseDurationSeconds of a shard grant: how long a dead holder blocks its shards."""
@@ -75,6 +75,15 @@ class ShardLock(TickLock):
         self._idle = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self._highest_used = 0
+        self._released: dict[int, dict[str, datetime] | None] = {}
+
+    # --- what a claim may run -----------------------------------------------------------------
+
+    def released(self, grant: Grant) -> dict[str, datetime] | None:
+        """The hand-overs the shard Lease had let go of when `grant` was claimed: the jobs its
+        holder must not run (`coordination.handovers`). None: the record did not read, so no
+        job may be run under it."""
+        return self._released.get(grant.token)
 
     # --- TickLock hooks -----------------------------------------------------------------------
 
@@ -91,12 +100,25 @@ class ShardLock(TickLock):
     def _replaceable(self) -> set[int]:
         return {token for token, grant in self._grants.items() if grant.held}
 
+    def _grant(self, token: int, claim: Any) -> Grant:
+        # The view is at or after the claim's own write here (its reply or the read-back was
+        # noted), and what a shard Lease lets go of only grows: every release written before
+        # the claim is seen.
+        seen = self.lease.observe()
+        self._released[token] = parse_released(lease_annotations(seen.obj)) if seen else None
+        return super()._grant(token, claim)
+
+    def _forget(self, token: int) -> None:
+        self._released.pop(token, None)
+        super()._forget(token)
+
     async def try_claim(
         self,
         tick: datetime,
         *,
         stagger: float = 0.0,
         starting_deadline: float | timedelta | None = None,
+        above: int = 0,
     ) -> Grant | Skipped:
         """Claim instant `tick` of the shard (see TickLock.try_claim); never while a release
         of this shard by this replica is in flight."""
@@ -105,7 +127,7 @@ class ShardLock(TickLock):
         ):
             return self._skip("taken", tick, waited=stagger)
         async with self._mutex:
-            return await super().try_claim(tick, starting_deadline=starting_deadline)
+            return await super().try_claim(tick, starting_deadline=starting_deadline, above=above)
 
     def holding(self) -> bool:
         """Whether the Lease shows a live grant of ours: then only this replica can claim the

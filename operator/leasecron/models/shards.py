@@ -10,12 +10,13 @@ to the others. They do not claim anything: `coordination.shards.ShardLock` does.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from leasecron.models._enums import Bucket, Coordination, StoreUnavailablePolicy
-from leasecron.models.names import dns_name
+from leasecron.models.names import dns_name, format_tick, parse_tick
 from leasecron.models.schedules import Schedule
 
 DEFAULT_SHARDS = 16
@@ -77,9 +78,9 @@ def shard_lease_name(group: str, index: int, *, shards: int) -> str:
     return dns_name(f"leasecron-shard-{group}-{shards}-{index}")
 
 
-def shard_key(group: str, index: int, instant: datetime) -> str:
-    """The rendezvous key of one instant of one shard (which replica goes first)."""
-    return f"shard/{group}/{index}/{instant.isoformat()}"
+def shard_key(group: str, lease: str, instant: datetime) -> str:
+    """The rendezvous key of one instant of one shard Lease (which replica goes first)."""
+    return f"shard/{group}/{lease}/{instant.isoformat()}"
 
 
 def due_at(schedule: Schedule, instant: datetime) -> bool:
@@ -107,3 +108,142 @@ def group_by_shard(
     for name, tick in due:
         groups.setdefault((shard_of(name, shards=shards), tick), []).append(name)
     return {key: sorted(names) for key, names in sorted(groups.items())}
+
+
+# --- handing a job's ticks from its own Lease to a shard Lease and back ---------------------
+
+ANNOTATION_SHARDED = "leasecron.dev/sharded"
+"""On a job's Lease: from which tick on, and on which shard Lease, its ticks are claimed."""
+ANNOTATION_RELEASED = "leasecron.dev/released"
+"""On a shard Lease: the handovers (job -> `from` tick) it no longer runs."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardRef:
+    """A shard Lease: `lease`, the Lease of shard `shard` of `shards`."""
+
+    lease: str
+    shard: int
+    shards: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardGate:
+    """A job's ticks from `start` on belong to the shard Lease `ref`; `token` is the job
+    Lease's fencing token when they were handed over."""
+
+    ref: ShardRef
+    start: datetime
+    token: int = 0
+
+    @property
+    def lease(self) -> str:
+        return self.ref.lease
+
+    def covers(self, tick: datetime) -> bool:
+        """Whether `tick` is claimed on the shard Lease rather than the job's own."""
+        return tick >= self.start
+
+
+def _annotation(annotations: object, key: str) -> object:
+    if not isinstance(annotations, Mapping):
+        return None
+    text = annotations.get(key)
+    if not isinstance(text, str):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def lease_annotations(obj: object) -> Mapping[str, object]:
+    """metadata.annotations of a raw object ({} when missing or not a mapping)."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def parse_gate(annotations: Mapping[str, object]) -> ShardGate | None:
+    """The handover a job Lease's annotations record; None when there is none or it does not
+    parse (then no shard runs the job: only its own Lease, which is the safe side)."""
+    raw = _annotation(annotations, ANNOTATION_SHARDED)
+    if not isinstance(raw, dict):
+        return None
+    lease, shard, shards, start, token = (
+        raw.get("lease"),
+        raw.get("shard"),
+        raw.get("shards"),
+        raw.get("from"),
+        raw.get("token", 0),
+    )
+    if not (isinstance(lease, str) and lease and isinstance(start, str)):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (shard, shards, token)):
+        return None
+    assert isinstance(shard, int) and isinstance(shards, int) and isinstance(token, int)
+    if not 0 <= shard < shards <= MAX_SHARDS or token < 0:
+        return None
+    try:
+        tick = parse_tick(start)
+    except ValueError:
+        return None
+    ref = ShardRef(lease=lease, shard=shard, shards=shards)
+    return ShardGate(ref=ref, start=tick, token=token)
+
+
+def format_gate(gate: ShardGate) -> str:
+    return json.dumps(
+        {
+            "lease": gate.ref.lease,
+            "shard": gate.ref.shard,
+            "shards": gate.ref.shards,
+            "from": format_tick(gate.start),
+            "token": gate.token,
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def parse_released(annotations: Mapping[str, object]) -> dict[str, datetime] | None:
+    """The handovers a shard Lease no longer runs (job -> the handover's `from` tick); None
+    when the annotation is there but does not read entirely: then the shard runs no job at
+    all, since a job it was told to let go of could be among the unreadable entries."""
+    if annotations.get(ANNOTATION_RELEASED) is None:
+        return {}
+    raw = _annotation(annotations, ANNOTATION_RELEASED)
+    if not isinstance(raw, dict):
+        return None
+    released: dict[str, datetime] = {}
+    for job, value in raw.items():
+        try:
+            released[str(job)] = parse_tick(str(value))
+        except ValueError:
+            return None
+    return released
+
+
+def format_released(released: Mapping[str, datetime]) -> str:
+    encoded = {job: format_tick(tick) for job, tick in sorted(released.items())}
+    return json.dumps(encoded, separators=(",", ":"))
+
+
+def runs_under_shard(
+    job: str,
+    tick: datetime,
+    *,
+    gate: ShardGate | None,
+    lease: str,
+    released: Mapping[str, datetime] | None,
+) -> bool:
+    """Whether the holder of a claim on shard Lease `lease` (whose record showed `released`)
+    runs `job`'s `tick`: the job's Lease handed it to this shard Lease from a tick at or
+    before `tick`, and the shard Lease has not let go of that handover."""
+    return (
+        gate is not None
+        and released is not None
+        and gate.lease == lease
+        and gate.covers(tick)
+        and released.get(job) != gate.start
+    )

@@ -25,6 +25,7 @@ from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.coordination import Grant, Skipped, TickLock
+from leasecron.coordination.locks import SKIP_SHARDED
 from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import rendezvous_rank
@@ -34,6 +35,7 @@ from leasecron.models.specs import (
     StoreUnavailablePolicy,
     job_label_value,
 )
+from leasecron.runtime._handover import owner_reference, take_back
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._planning import NextTick, plan_claimed, tick_key
 from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
@@ -42,18 +44,6 @@ from leasecron.runtime._ticks import TickOrder
 _log = get_logger("leasecron.runtime.once")
 _UNGUARDED_MEMORY = 1000
 """Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
-
-
-def owner_reference(job: ScheduledJob) -> dict[str, Any] | None:
-    """The ownerReference that makes a Lease or JobRun part of the job (None without uid)."""
-    if not job.uid:
-        return None
-    return {
-        "apiVersion": "leasecron.dev/v1alpha1",
-        "kind": "ScheduledJob",
-        "name": job.name,
-        "uid": job.uid,
-    }
 
 
 def lock_config(job: ScheduledJob) -> LockConfig:
@@ -116,6 +106,12 @@ class LockDispatch:
         result = await lock.try_claim(
             order.tick, stagger=rank * services.tuning.claim_step, starting_deadline=deadline
         )
+        if isinstance(result, Skipped) and result.reason == SKIP_SHARDED:
+            # Its Lease still hands this tick to a shard: this replica sees the job claimed per
+            # job now, so it takes the ticks back first (and claims once that is done).
+            if not await take_back(services, job, fallback_s=lock.config.lease_duration_s):
+                return
+            result = await lock.try_claim(order.tick, starting_deadline=deadline)
         if isinstance(result, Skipped) and result.unreachable:
             result = await self._claim_through_outage(lock, order, result)
         if isinstance(result, Grant):

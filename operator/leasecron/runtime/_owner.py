@@ -24,9 +24,9 @@ from leasecron.models.decisions import rendezvous_rank
 from leasecron.models.names import LABEL_JOB, LABEL_ROLE, job_lease_name
 from leasecron.models.specs import JobRun, ScheduledJob, job_label_value
 from leasecron.runtime._context import JobContext
+from leasecron.runtime._handover import owner_reference
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._leader import election_config
-from leasecron.runtime._once import owner_reference
 from leasecron.runtime._services import Services
 
 _log = get_logger("leasecron.runtime.owner")

@@ -54,6 +54,16 @@ class TickPlan:
             more_missed=self.more_missed,
         )
 
+    def from_start(self, start: datetime) -> TickPlan:
+        """The plan less the ticks before `start` (claimed on another Lease: a job's own
+        Lease owns its ticks before it handed them to a shard). The claimed tick stays."""
+        return TickPlan(
+            claimed=self.claimed,
+            run=tuple(t for t in self.run if t == self.claimed or t >= start),
+            missed=tuple(t for t in self.missed if t >= start),
+            more_missed=self.more_missed and (not self.missed or self.missed[0] >= start),
+        )
+
 
 def next_tick(
     schedule: Schedule,

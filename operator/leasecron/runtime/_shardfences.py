@@ -14,7 +14,7 @@ from leasecron.coordination import Grant
 from leasecron.coordination.grants import Fence
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
-from leasecron.models.shards import shard_of
+from leasecron.models.shards import ShardRef, shard_of
 from leasecron.runtime._services import Services
 
 
@@ -60,24 +60,26 @@ class ShardFloors:
     highest fencing token on record for any job of the shard, from one list of the
     namespace's JobRuns shared by all shards for a few seconds."""
 
-    def __init__(self, services: Services, *, shards: int, ttl: float = 5.0) -> None:
-        self._services, self._shards, self._ttl = services, shards, ttl
-        self._read: tuple[float, dict[int, int]] | None = None
+    def __init__(self, services: Services, *, ttl: float = 5.0) -> None:
+        self._services, self._ttl = services, ttl
+        self._read: tuple[float, list[tuple[str, int]]] | None = None
         self._guard = asyncio.Lock()
 
-    async def floor(self, shard: int) -> int:
+    async def floor(self, ref: ShardRef) -> int:
         async with self._guard:
             now = self._services.clock.monotonic()
             if self._read is None or now - self._read[0] > self._ttl:
                 runs = await JobRunStore(self._services.kube).list(
                     namespace=self._services.namespace
                 )
-                floors: dict[int, int] = {}
+                tokens: list[tuple[str, int]] = []
                 for run in runs:
                     spec = run.get("spec") or {}
                     token, job = spec.get("fencingToken"), spec.get("job")
                     if isinstance(token, int) and isinstance(job, str):
-                        index = shard_of(job, shards=self._shards)
-                        floors[index] = max(floors.get(index, 0), token)
-                self._read = (now, floors)
-            return self._read[1].get(shard, 0)
+                        tokens.append((job, token))
+                self._read = (now, tokens)
+            return max(
+                (t for job, t in self._read[1] if shard_of(job, shards=ref.shards) == ref.shard),
+                default=0,
+            )

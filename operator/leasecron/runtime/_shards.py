@@ -29,8 +29,9 @@ from leasecron.coordination import Grant, Skipped
 from leasecron.coordination.locks import SKIP_UNAVAILABLE, SKIP_UNCERTAIN
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
-from leasecron.models.shards import due_at, group_by_shard, shard_key, shard_lease_name, shard_of
+from leasecron.models.shards import ShardRef, due_at, runs_under_shard, shard_key
 from leasecron.models.specs import ScheduledJob
+from leasecron.runtime._handover import Handovers, lease_view
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._planning import (
     NextTick,
@@ -46,6 +47,10 @@ from leasecron.runtime._ticks import stop_run
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
 _RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN)
+_GATE_WAIT = 2.0
+"""Seconds a run waits for its job's gate to show up in this replica's view."""
+SKIP_NOT_HANDED_OVER = "not_handed_over"
+"""The job's Lease does not hand this tick to the shard Lease claimed (yet, or any more)."""
 """Skips after which a shard instant is claimed again (until its startingDeadline)."""
 
 
@@ -55,7 +60,6 @@ class _Entry:
     after: datetime
     not_before: datetime
     next: NextTick | None = None
-    shard: int = 0
     running: tuple[asyncio.Task[None], RunControl] | None = None
     stopped: bool = field(default=False)
 
@@ -67,22 +71,25 @@ class ShardTicks:
         self._services = services
         self.shards = shards
         self._entries: dict[str, _Entry] = {}
-        self._by_shard: dict[int, set[str]] = {}
         self._foreign: dict[str, ScheduledJob] = {}
-        self._locks: dict[int, ShardLock] = {}
+        self._locks: dict[str, ShardLock] = {}
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._instants: set[asyncio.Task[None]] = set()
-        self._floors = ShardFloors(services, shards=shards)
-        self._claiming: dict[int, asyncio.Future[None]] = {}
+        self._floors = ShardFloors(services)
+        self._claiming: dict[str, asyncio.Future[None]] = {}
         """Per shard: settled once this replica's claim of its latest instant is."""
+
+    @functools.cached_property
+    def handovers(self) -> Handovers:
+        """The gates of this replica's sharded jobs (made on first use)."""
+        return Handovers(self._services, shards=self.shards, view=lease_view(self._services))
 
     # --- the jobs ---------------------------------------------------------------------------
 
     def add(self, job: ScheduledJob, *, created: datetime) -> None:
-        shard = shard_of(job.name, shards=self.shards)
-        self._entries[job.name] = _Entry(job=job, after=created, not_before=created, shard=shard)
-        self._by_shard.setdefault(shard, set()).add(job.name)
+        self._entries[job.name] = _Entry(job=job, after=created, not_before=created)
+        self.handovers.want(job, not_before=created)
         self._wake()
 
     def update(self, job: ScheduledJob) -> None:
@@ -92,12 +99,13 @@ class ShardTicks:
         if entry.job.spec.suspend and not job.spec.suspend:
             entry.not_before = max(entry.not_before, self._services.clock.now())
         entry.job, entry.next = job, None
+        self.handovers.want(job, not_before=entry.not_before)
         self._wake()
 
     async def remove(self, name: str, reason: StopReason) -> None:
         entry = self._entries.pop(name, None)
+        self.handovers.drop(name)
         if entry is not None:
-            self._by_shard.get(entry.shard, set()).discard(name)
             entry.stopped = True
             await self._stop_running(entry, reason)
 
@@ -109,14 +117,15 @@ class ShardTicks:
     def forget_foreign(self, name: str) -> None:
         self._foreign.pop(name, None)
 
-    def _handlers_due(self, shard: int, instant: datetime) -> set[str]:
-        """Handlers of every job of `shard` due at `instant`, registered here or not."""
-        handlers = {e.job.handler_name for e in self._due(shard, instant)}
+    def _handlers_due(self, ref: ShardRef, instant: datetime, due: list[_Entry]) -> set[str]:
+        """Handlers of every job of shard Lease `ref` due at `instant`, registered here or
+        not."""
+        handlers = {e.job.handler_name for e in due}
         for job in self._foreign.values():
             schedule = job.spec.parsed_schedule
             if schedule is None or job.spec.suspend:
                 continue
-            if shard_of(job.name, shards=self.shards) == shard and due_at(schedule, instant):
+            if self.handovers.ref_of(job.name) == ref and due_at(schedule, instant):
                 handlers.add(job.handler_name)
         return handlers
 
@@ -139,6 +148,8 @@ class ShardTicks:
         await asyncio.gather(*self._instants, return_exceptions=True)
         for lock in self._locks.values():
             await lock.close()
+        if "handovers" in self.__dict__:
+            await self.handovers.close()
 
     async def _stop_running(self, entry: _Entry, reason: StopReason) -> None:
         await stop_run(entry.running, reason=reason, grace=self._services.grace_period)
@@ -195,39 +206,42 @@ class ShardTicks:
             if entry.job.spec.suspend:
                 self._services.skip(entry.job, "suspended", tick=entry.after)
                 ticks.pop(entry.job.name)
-        pairs = [(name, planned.tick) for name, planned in ticks.items()]
-        for (shard, instant), names in group_by_shard(pairs, shards=self.shards).items():
+        groups: dict[tuple[ShardRef, datetime], list[str]] = {}
+        for name, planned in ticks.items():
+            key = (self.handovers.ref_of(name), planned.tick)
+            groups.setdefault(key, []).append(name)
+        for (ref, instant), names in groups.items():
             catch_up = any(ticks[n].catch_up for n in names)
             task = asyncio.get_running_loop().create_task(
-                self._instant(shard, instant, catch_up=catch_up),
-                name=f"leasecron shard {shard} {instant.isoformat()}",
+                self._instant(ref, instant, sorted(names), catch_up=catch_up),
+                name=f"leasecron shard {ref.lease} {instant.isoformat()}",
             )
             self._instants.add(task)
             task.add_done_callback(self._instants.discard)
 
     # --- one instant of one shard -------------------------------------------------------------
 
-    def _lock(self, shard: int) -> ShardLock:
-        lock = self._locks.get(shard)
+    def _lock(self, ref: ShardRef) -> ShardLock:
+        lock = self._locks.get(ref.lease)
         if lock is None:
             services = self._services
             lock = ShardLock(
                 services.kube,
-                services.lease_cache,
+                self.handovers.view,
                 namespace=services.namespace,
-                name=shard_lease_name(services.group, shard, shards=self.shards),
+                name=ref.lease,
                 identity=services.identity,
                 clock=services.clock,
-                labels=shard_labels(services.group, shard),
+                labels=shard_labels(services.group, ref.shard),
                 config=shard_config(services.tuning.shard_lease_s),
-                floor=functools.partial(self._floors.floor, shard),
+                floor=functools.partial(self._floors.floor, ref),
             )
-            self._locks[shard] = lock
+            self._locks[ref.lease] = lock
         return lock
 
-    def _due(self, shard: int, instant: datetime) -> list[_Entry]:
-        """Every job of `shard` with a tick at `instant` that this replica knows."""
-        entries = [self._entries[n] for n in sorted(self._by_shard.get(shard, ()))]
+    def _due(self, names: list[str], instant: datetime) -> list[_Entry]:
+        """The jobs named (still run here) with a tick at `instant`."""
+        entries = [self._entries[n] for n in names if n in self._entries]
         due: dict[tuple[str, str], bool] = {}
 
         def is_due(job: ScheduledJob) -> bool:
@@ -244,60 +258,72 @@ class ShardTicks:
     def _deadline(self, entries: list[_Entry]) -> timedelta:
         return min((e.job.spec.starting_deadline for e in entries), default=timedelta(seconds=60))
 
-    async def _instant(self, shard: int, instant: datetime, *, catch_up: bool) -> None:
+    async def _instant(
+        self, ref: ShardRef, instant: datetime, names: list[str], *, catch_up: bool
+    ) -> None:
         """Claim `instant` of `shard` after this replica's claim of the shard's previous
         instant is settled (a later instant claimed first would make the earlier one taken),
         then run every job of the shard due at it."""
         loop = asyncio.get_running_loop()
-        previous = self._claiming.get(shard)
+        previous = self._claiming.get(ref.lease)
         settled: asyncio.Future[None] = loop.create_future()
-        self._claiming[shard] = settled
+        self._claiming[ref.lease] = settled
         try:
             if previous is not None:
                 await previous
-            lock = self._lock(shard)
-            grant = await self._claim(lock, shard, instant, catch_up=catch_up)
+            lock = self._lock(ref)
+            grant = await self._claim(lock, ref, instant, names, catch_up=catch_up)
             if grant is None:
                 return
             async with lock.use(grant):
                 settled.set_result(None)
-                due = self._due(shard, instant)
+                due = self._due(names, instant)
+                released = lock.released(grant)
                 _log.debug(
                     "shard instant claimed",
-                    shard=shard,
+                    lease=ref.lease,
                     tick=instant.isoformat(),
                     token=grant.token,
                     jobs=len(due),
                 )
                 await asyncio.gather(
-                    *(self._run_job(entry, grant, instant, catch_up=catch_up) for entry in due)
+                    *(
+                        self._run_job(entry, grant, instant, ref, released, catch_up=catch_up)
+                        for entry in due
+                    )
                 )
         finally:
             if not settled.done():
                 settled.set_result(None)
-            if self._claiming.get(shard) is settled:
-                del self._claiming[shard]
+            if self._claiming.get(ref.lease) is settled:
+                del self._claiming[ref.lease]
 
     async def _claim(
-        self, lock: ShardLock, shard: int, instant: datetime, *, catch_up: bool
+        self, lock: ShardLock, ref: ShardRef, instant: datetime, names: list[str], *, catch_up: bool
     ) -> Grant | None:
         """One claim after the rendezvous stagger among the live members that registered the
         handlers of every job due (none while we hold the shard), again after a live grant
         ends or while the store cannot be reached, until the startingDeadline. None without
         a claim, also when another replica is better placed (it has handlers we lack)."""
         services = self._services
-        needed = self._handlers_due(shard, instant)
+        due = self._due(names, instant)
+        needed = self._handlers_due(ref, instant, due)
         able = services.membership.members_with(needed, own=services.registry.names())
         if able and services.identity not in able:
             # Another live replica registered every handler due: it claims the instant,
             # so that no job of the shard goes without a run.
             return None
-        key = shard_key(services.group, shard, instant)
+        key = shard_key(services.group, ref.lease, instant)
         rank = rendezvous_rank(key, services.identity, able or services.membership.members())
-        deadline = self._deadline(self._due(shard, instant))
+        deadline = self._deadline(due)
         claim_deadline = None if catch_up else deadline
         stagger = 0.0 if lock.holding() else rank * services.tuning.claim_step
-        result = await lock.try_claim(instant, stagger=stagger, starting_deadline=claim_deadline)
+        # A job handed over from its own Lease keeps a token that only grows.
+        gates = (self.handovers.gate_of(e.job.name) for e in due)
+        above = max((g.token for g in gates if g is not None and g.lease == ref.lease), default=0)
+        result = await lock.try_claim(
+            instant, stagger=stagger, starting_deadline=claim_deadline, above=above
+        )
         pause = services.tuning.claim_retry
         while isinstance(result, Skipped) and result.reason in _RETRIED:
             left = (instant + deadline - services.clock.now()).total_seconds()
@@ -313,16 +339,46 @@ class ShardTicks:
                 pause = min(pause * 2, 2.0)
             stagger = 0.0 if lock.holding() else rank * services.tuning.claim_step
             result = await lock.try_claim(
-                instant, stagger=stagger, starting_deadline=claim_deadline
+                instant, stagger=stagger, starting_deadline=claim_deadline, above=above
             )
         return result if isinstance(result, Grant) else None
 
     async def _run_job(
-        self, entry: _Entry, grant: Grant, instant: datetime, *, catch_up: bool
+        self,
+        entry: _Entry,
+        grant: Grant,
+        instant: datetime,
+        ref: ShardRef,
+        released: dict[str, datetime] | None,
+        *,
+        catch_up: bool,
     ) -> None:
         services, job = self._services, entry.job
         schedule = job.spec.parsed_schedule
         assert schedule is not None
+        # The job's Lease says which ticks this shard Lease may run: a gate written just now
+        # (the job is new here) may still be on its way to this replica's view.
+        left = instant + job.spec.starting_deadline - services.clock.now()
+        within = min(_GATE_WAIT, max(0.0, left.total_seconds()))
+        gate = await self.handovers.wait_gate(job.name, within=within)
+        if not runs_under_shard(job.name, instant, gate=gate, lease=ref.lease, released=released):
+            # Its own Lease (or another shard Lease) claims this tick: not ours to run.
+            _log.debug(
+                "tick not run under this shard",
+                job=job.name,
+                lease=ref.lease,
+                tick=instant.isoformat(),
+                gate=gate.lease if gate is not None else None,
+                released=released is None or job.name in released,
+            )
+            services.skip(job, SKIP_NOT_HANDED_OVER, tick=instant)
+            return
+        assert gate is not None
+        if grant.token <= gate.token:
+            # Claimed before this replica saw the job's gate: the token would not be above
+            # the ones the job had on its own Lease. The next instant's claim is.
+            services.skip(job, SKIP_NOT_HANDED_OVER, tick=instant)
+            return
         plan = plan_claimed(
             schedule,
             claimed=instant,
@@ -331,7 +387,7 @@ class ShardTicks:
             not_before=entry.not_before,
             catch_up=job.spec.catch_up.policy,
             max_ticks=job.spec.catch_up.max_ticks,
-        )
+        ).from_start(gate.start)
         late = services.clock.now() > instant + job.spec.starting_deadline
         if not await self._previous_done(entry, instant) or (late and not catch_up):
             services.skip(job, "overlap" if not late else "deadline", tick=instant)

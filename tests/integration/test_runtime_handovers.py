@@ -1,0 +1,222 @@
+"""Replicas that disagree about how a job is claimed, against a real API server: a job's ticks
+are claimed on one Lease at a time (its own or one shard Lease), whatever each replica's view
+of the job's spec or of the shard count, and its fencing token only grows as it moves between
+them (docs/claims.md, "Moving a job between claim models")."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from leasecron import JobContext, Scheduler
+from leasecron.coordination.resourcelocks import ROLE_JOB, ROLE_SHARD, default_labels
+from leasecron.kube.clients import Kube
+from leasecron.models.names import (
+    GROUP,
+    LABEL_JOB,
+    LABEL_ROLE,
+    SCHEDULEDJOB_PLURAL,
+    VERSION,
+    job_lease_name,
+)
+from leasecron.models.shards import lease_annotations, parse_gate
+from leasecron.models.specs import job_label_value
+from leasecron.runtime import Tuning
+from leasecron.testing.handlers import CapturingHandler, scheduled_job
+
+pytestmark = pytest.mark.integration
+FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=2)
+SHORT = {"keepAlive": False, "atMostFor": "5s"}
+LONG = {"keepAlive": True, "atMostFor": "5s"}
+
+
+@pytest.fixture
+def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
+    made = Kube.from_config(kubeconfig=str(kubeconfig))
+    yield made
+    made.api_client.rest_client.close()
+
+
+def _create(api: Any, namespace: str, name: str, lock: dict[str, Any]) -> None:
+    manifest = scheduled_job(name, schedule="@every 1s", handler="work", lock=lock)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, manifest
+    )
+
+
+def _set_lock(api: Any, namespace: str, name: str, lock: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, name, {"spec": {"lock": lock}}
+    )
+
+
+def _gate(api: Any, namespace: str, job: str) -> Any:
+    lease = client.CoordinationV1Api(api).read_namespaced_lease(job_lease_name(job), namespace)
+    return parse_gate(lease_annotations({"metadata": {"annotations": lease.metadata.annotations}}))
+
+
+def _wait(predicate: Any, *, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _runs(captures: list[CapturingHandler], job: str) -> list[JobContext]:
+    return sorted(
+        (ctx for c in captures for ctx in list(c.contexts) if ctx.job == job),
+        key=lambda ctx: ctx.tick,
+    )
+
+
+def _assert_once_with_growing_tokens(contexts: list[JobContext]) -> None:
+    per_tick = Counter(ctx.tick for ctx in contexts)
+    twice = sorted(t for t, n in per_tick.items() if n > 1)
+    assert not twice, f"ticks run more than once: {twice}"
+    tokens = [ctx.token for ctx in contexts]
+    assert all(t is not None for t in tokens)
+    dropped = [(a.tick, a.token, b.tick, b.token) for a, b in itertools.pairwise(contexts)]
+    dropped = [d for d in dropped if d[3] <= d[1]]
+    assert not dropped, f"the fencing token did not grow from one tick to the next: {dropped}"
+
+
+def _contiguous(ticks: list[datetime]) -> list[datetime]:
+    """Ticks after which the next one-second tick is missing."""
+    return [a for a, b in itertools.pairwise(ticks) if (b - a).total_seconds() > 1]
+
+
+def test_a_replica_claiming_per_job_and_one_claiming_through_shards_never_run_a_tick_both(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """The widest disagreement: one replica claims the job on its own Lease (no shards), the
+    other through a shard Lease. Each tick runs once, tokens only grow, and the job settles on
+    one Lease and runs every tick there."""
+    captures = [CapturingHandler(), CapturingHandler()]
+    per_job = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=0)
+    sharded = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
+    for scheduler, capture in zip((per_job, sharded), captures, strict=True):
+        scheduler.register("work", capture)
+    _create(kube_api, namespace, "both-ways", SHORT)
+    sharded.start()
+    try:
+        _wait(lambda: len(captures[1].contexts) >= 3, timeout=30, what="shard runs")
+        assert _gate(kube_api, namespace, "both-ways") is not None
+        per_job.start()
+        _wait(lambda: len(captures[0].contexts) >= 4, timeout=30, what="per-job runs")
+        ran_before = len(_runs(captures, "both-ways"))
+        _wait(
+            lambda: len(_runs(captures, "both-ways")) >= ran_before + 5,
+            timeout=30,
+            what="runs after the job settled",
+        )
+    finally:
+        per_job.stop()
+        sharded.stop()
+    contexts = _runs(captures, "both-ways")
+    _assert_once_with_growing_tokens(contexts)
+    assert captures[1].contexts, "the sharded replica never ran the job"
+    # The job settled on its own Lease (the per-job replica took its ticks back) and the
+    # per-job replica ran every tick from its first one on.
+    assert _gate(kube_api, namespace, "both-ways") is None
+    settled = sorted(ctx.tick for ctx in captures[0].contexts)
+    assert not _contiguous(settled), f"ticks missing after {_contiguous(settled)}"
+    last_shard_run = max(ctx.tick for ctx in captures[1].contexts)
+    assert last_shard_run < settled[0]
+
+
+def test_replicas_with_different_shard_counts_run_each_tick_once(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """A rollout that changes the shard count: every job's Lease names the one shard Lease
+    that claims it, and replicas of either count follow it."""
+    names = [f"count-{i}" for i in range(6)]
+    captures = [CapturingHandler(), CapturingHandler()]
+    schedulers = [
+        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=count)
+        for count in (2, 3)
+    ]
+    for scheduler, capture in zip(schedulers, captures, strict=True):
+        scheduler.register("work", capture)
+    for name in names:
+        _create(kube_api, namespace, name, SHORT)
+    for scheduler in schedulers:
+        scheduler.start()
+    try:
+        _wait(
+            lambda: all(len(_runs(captures, n)) >= 8 for n in names),
+            timeout=60,
+            what="8 runs of every job",
+        )
+    finally:
+        for scheduler in schedulers:
+            scheduler.stop()
+    gates = {name: _gate(kube_api, namespace, name) for name in names}
+    assert all(gate is not None for gate in gates.values()), gates
+    for name in names:
+        contexts = _runs(captures, name)
+        _assert_once_with_growing_tokens(contexts)
+        ticks = [ctx.tick for ctx in contexts]
+        assert not _contiguous(ticks), f"{name}: ticks missing after {_contiguous(ticks)}"
+
+
+def test_a_job_moved_between_its_own_lease_and_a_shard_keeps_a_growing_token(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """keepAlive true -> false -> true: per-job claims, shard claims, per-job claims again.
+    The job's Lease starts at a high token (it had a long life before); every run's token is
+    above the one before, and no tick runs twice while the replicas apply the changes."""
+    leases = client.CoordinationV1Api(kube_api)
+    labels = default_labels(ROLE_JOB, {LABEL_JOB: job_label_value("mover")})
+    leases.create_namespaced_lease(
+        namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name=job_lease_name("mover"), labels=labels),
+            spec=client.V1LeaseSpec(holder_identity="", lease_transitions=500),
+        ),
+    )
+    captures = [CapturingHandler(), CapturingHandler()]
+    schedulers = [
+        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
+        for _ in captures
+    ]
+    for scheduler, capture in zip(schedulers, captures, strict=True):
+        scheduler.register("work", capture)
+    _create(kube_api, namespace, "mover", LONG)
+
+    def more_runs(count: int) -> None:
+        ran = len(_runs(captures, "mover"))
+        _wait(lambda: len(_runs(captures, "mover")) >= ran + count, timeout=30, what="runs")
+
+    for scheduler in schedulers:
+        scheduler.start()
+    try:
+        more_runs(4)
+        _set_lock(kube_api, namespace, "mover", SHORT)
+        _wait(lambda: _gate(kube_api, namespace, "mover") is not None, timeout=15, what="gate")
+        more_runs(4)
+        shard_tokens = [
+            lease.spec.lease_transitions or 0
+            for lease in leases.list_namespaced_lease(
+                namespace, label_selector=f"{LABEL_ROLE}={ROLE_SHARD}"
+            ).items
+        ]
+        _set_lock(kube_api, namespace, "mover", LONG)
+        _wait(lambda: _gate(kube_api, namespace, "mover") is None, timeout=15, what="no gate")
+        more_runs(4)
+    finally:
+        for scheduler in schedulers:
+            scheduler.stop()
+    contexts = _runs(captures, "mover")
+    _assert_once_with_growing_tokens(contexts)
+    assert contexts[0].token is not None and contexts[0].token > 500
+    assert shard_tokens and max(shard_tokens) > 500, "the job never ran under a shard claim"
