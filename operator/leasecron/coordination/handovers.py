@@ -14,8 +14,8 @@ job's claim model (they saw its spec change at different times) or about the sha
   that it lets go of the gate (annotation `leasecron.dev/released`), so a shard claim written
   after that does not run the job, and every shard claim written before it is at or below
   the shard's recorded tick X; then the gate is removed from the job's Lease, whose recorded
-  tick becomes at least X and whose token at least the shard's, so per-job claims go on
-  above every tick and token the shard may have used for the job.
+  tick becomes at least X (and the gate's start) and whose token at least the shard's, so
+  per-job claims go on above every tick and token the shard may have used for the job.
 
 Both are idempotent and safe to run from several replicas at once (a conflict just means
 "look again later"). They do not decide which model a job should have (`models.shards`) and
@@ -157,9 +157,10 @@ async def release_from_shard(
             return False
         record = seen.observation.record
         body = _annotated(seen.obj, {ANNOTATION_SHARDED: None})
-        ticks = [t for t in (record.tick, shard.tick) if t is not None]
-        if ticks:
-            body["metadata"]["annotations"][ANNOTATION_TICK] = format_tick(max(ticks))
+        # At or after the gate's start, so that a later gate never starts where this one did
+        # (the shard Lease keeps refusing that one).
+        ticks = [t for t in (record.tick, shard.tick, gate.start) if t is not None]
+        body["metadata"]["annotations"][ANNOTATION_TICK] = format_tick(max(ticks))
         spec = body.setdefault("spec", {})
         spec["leaseTransitions"] = max(record.transitions, shard.transitions, gate.token)
         obj = await job_lock.store.replace(
@@ -173,7 +174,7 @@ async def release_from_shard(
         "job taken back from its shard",
         lease=job_lock.name,
         shard_lease=gate.lease,
-        tick=format_tick(max(ticks)) if ticks else None,
+        tick=format_tick(max(ticks)),
         token=spec["leaseTransitions"],
     )
     return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -86,28 +86,6 @@ def shard_key(group: str, lease: str, instant: datetime) -> str:
 def due_at(schedule: Schedule, instant: datetime) -> bool:
     """Whether `schedule` has a tick at exactly `instant`."""
     return schedule.next_after(instant - _EPSILON) == instant
-
-
-def jobs_due(
-    schedules: Mapping[str, Schedule], instant: datetime, *, shard: int, shards: int
-) -> list[str]:
-    """Names of the jobs in `schedules` that are in `shard` and have a tick at `instant`,
-    sorted: what the holder of that shard instant runs."""
-    return sorted(
-        name
-        for name, schedule in schedules.items()
-        if shard_of(name, shards=shards) == shard and due_at(schedule, instant)
-    )
-
-
-def group_by_shard(
-    due: Iterable[tuple[str, datetime]], *, shards: int
-) -> dict[tuple[int, datetime], list[str]]:
-    """Jobs due (name, tick) grouped by (shard, tick): one claim per key."""
-    groups: dict[tuple[int, datetime], list[str]] = {}
-    for name, tick in due:
-        groups.setdefault((shard_of(name, shards=shards), tick), []).append(name)
-    return {key: sorted(names) for key, names in sorted(groups.items())}
 
 
 # --- handing a job's ticks from its own Lease to a shard Lease and back ---------------------

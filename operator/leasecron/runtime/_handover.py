@@ -197,6 +197,10 @@ class Handovers:
                 self._loop(), name="leasecron shard hand-overs"
             )
 
+    def pending(self, name: str) -> bool:
+        """Whether a gate for job `name` is still to be written by this replica."""
+        return name in self._wanted
+
     def drop(self, name: str) -> None:
         self._wanted.pop(name, None)
         self._parsed.pop(name, None)

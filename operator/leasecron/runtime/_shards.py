@@ -207,8 +207,18 @@ class ShardTicks:
                 self._services.skip(entry.job, "suspended", tick=entry.after)
                 ticks.pop(entry.job.name)
         groups: dict[tuple[ShardRef, datetime], list[str]] = {}
+        handovers = self.handovers
         for name, planned in ticks.items():
-            key = (self.handovers.ref_of(name), planned.tick)
+            gate = handovers.gate_of(name)
+            if gate is None and not handovers.pending(name):
+                # Its own Lease claims its ticks: a replica that claims it per job took them
+                # back. Not claimed here until its spec changes again.
+                self._services.skip(
+                    self._entries[name].job, SKIP_NOT_HANDED_OVER, tick=planned.tick
+                )
+                continue
+            ref = gate.ref if gate is not None else handovers.target(name)
+            key = (ref, planned.tick)
             groups.setdefault(key, []).append(name)
         for (ref, instant), names in groups.items():
             catch_up = any(ticks[n].catch_up for n in names)

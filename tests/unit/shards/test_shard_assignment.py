@@ -1,7 +1,9 @@
-"""Shard assignment and the plan per instant (docs/claims.md): pure, no clock."""
+"""Shard assignment, the plan per instant and the hand-over records between a job's Lease and
+a shard Lease (docs/claims.md): pure, no clock."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -13,12 +15,19 @@ from leasecron.models.decisions import Claim, Observation, Skip, decide_claim
 from leasecron.models.leases import LeaseRecord
 from leasecron.models.schedules import Schedule
 from leasecron.models.shards import (
+    ANNOTATION_RELEASED,
+    ANNOTATION_SHARDED,
     ClaimTraits,
+    ShardGate,
+    ShardRef,
     check_shards,
     claims_through_shard,
     due_at,
-    group_by_shard,
-    jobs_due,
+    format_gate,
+    format_released,
+    parse_gate,
+    parse_released,
+    runs_under_shard,
     shard_lease_name,
     shard_of,
 )
@@ -68,30 +77,65 @@ def test_only_short_lock_jobs_that_skip_on_outages_are_claimed_through_a_shard()
         assert not claims_through_shard(traits, shards=16), change
 
 
-def test_the_holder_of_an_instant_runs_exactly_the_jobs_of_its_shard_due_then() -> None:
-    every_second = Schedule.parse("@every 1s")
+def test_a_job_is_due_at_an_instant_exactly_when_its_schedule_has_a_tick_then() -> None:
     hourly = Schedule.parse("0 * * * *")
-    schedules = {f"s-{i}": every_second for i in range(40)} | {f"h-{i}": hourly for i in range(40)}
     on_the_hour = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
-    past_it = on_the_hour + timedelta(seconds=1)
-    union_hour: set[str] = set()
-    for shard in range(4):
-        due = jobs_due(schedules, on_the_hour, shard=shard, shards=4)
-        assert all(shard_of(n, shards=4) == shard for n in due)
-        union_hour |= set(due)
-        later = jobs_due(schedules, past_it, shard=shard, shards=4)
-        assert all(n.startswith("s-") for n in later)
-    assert union_hour == set(schedules)
-    assert due_at(hourly, on_the_hour) and not due_at(hourly, past_it)
+    assert due_at(hourly, on_the_hour)
+    assert not due_at(hourly, on_the_hour + timedelta(seconds=1))
+    assert not due_at(hourly, on_the_hour - timedelta(microseconds=1))
+    assert due_at(Schedule.parse("@every 1s"), on_the_hour + timedelta(seconds=1))
 
 
-def test_due_jobs_are_grouped_into_one_claim_per_shard_and_instant() -> None:
-    t1, t2 = NOW, NOW + timedelta(seconds=1)
-    due = [(f"j-{i}", t1) for i in range(50)] + [("late", t2)]
-    groups = group_by_shard(due, shards=4)
-    assert len(groups) <= 5
-    assert sorted(n for names in groups.values() for n in names) == sorted(n for n, _ in due)
-    assert groups[(shard_of("late", shards=4), t2)] == ["late"]
+GATE = ShardGate(
+    ref=ShardRef(lease="leasecron-shard-default-4-1", shard=1, shards=4), start=NOW, token=7
+)
+
+
+def test_a_gate_reads_back_as_written_and_a_corrupt_one_reads_as_none() -> None:
+    annotations = {ANNOTATION_SHARDED: format_gate(GATE)}
+    assert parse_gate(annotations) == GATE
+    good = json.loads(format_gate(GATE))
+    for key, value in [
+        ("lease", ""),
+        ("lease", 3),
+        ("shard", 4),
+        ("shard", -1),
+        ("shards", "4"),
+        ("token", -1),
+        ("token", True),
+        ("from", "yesterday"),
+    ]:
+        broken = {ANNOTATION_SHARDED: json.dumps({**good, key: value})}
+        assert parse_gate(broken) is None, (key, value)
+    assert parse_gate({ANNOTATION_SHARDED: "{not json"}) is None
+    assert parse_gate({ANNOTATION_SHARDED: "[]"}) is None
+    assert parse_gate({}) is None
+
+
+def test_released_handovers_read_back_and_a_corrupt_list_reads_as_none() -> None:
+    released = {"a": NOW, "b": NOW + timedelta(hours=1)}
+    assert parse_released({ANNOTATION_RELEASED: format_released(released)}) == released
+    assert parse_released({}) == {}
+    assert parse_released({ANNOTATION_RELEASED: "nope"}) is None
+    assert parse_released({ANNOTATION_RELEASED: json.dumps({"a": "soon"})}) is None
+
+
+def test_a_shard_claim_runs_a_job_only_from_its_gate_on_and_not_once_released() -> None:
+    lease = GATE.lease
+    before, at, after = NOW - timedelta(seconds=1), NOW, NOW + timedelta(seconds=1)
+    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={})
+    assert runs_under_shard("j", after, gate=GATE, lease=lease, released={})
+    assert not runs_under_shard("j", before, gate=GATE, lease=lease, released={})
+    assert not runs_under_shard("j", at, gate=None, lease=lease, released={})
+    assert not runs_under_shard(
+        "j", at, gate=GATE, lease="leasecron-shard-default-8-1", released={}
+    )
+    assert not runs_under_shard("j", at, gate=GATE, lease=lease, released={"j": NOW})
+    assert not runs_under_shard("j", at, gate=GATE, lease=lease, released=None)
+    # A release of an earlier hand-over does not stop a later one.
+    earlier = NOW - timedelta(hours=1)
+    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={"j": earlier})
+    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={"other": NOW})
 
 
 def test_a_shard_holder_claims_the_next_instant_over_its_own_live_grant_and_others_do_not() -> None:
