@@ -98,8 +98,11 @@ class ShardTicks:
             return
         if entry.job.spec.suspend and not job.spec.suspend:
             entry.not_before = max(entry.not_before, self._services.clock.now())
+        if job.spec != entry.job.spec:
+            # A spec change (not a status update) is when a job taken back by a replica that
+            # claims it per job may be handed to a shard again.
+            self.handovers.want(job, not_before=entry.not_before)
         entry.job, entry.next = job, None
-        self.handovers.want(job, not_before=entry.not_before)
         self._wake()
 
     async def remove(self, name: str, reason: StopReason) -> None:

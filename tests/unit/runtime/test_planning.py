@@ -10,6 +10,7 @@ from leasecron.models.clocks import FakeClock
 from leasecron.models.schedules import Schedule
 from leasecron.models.specs import CatchUpPolicy
 from leasecron.runtime._planning import (
+    TickPlan,
     jitter_delay,
     next_tick,
     plan_claimed,
@@ -200,3 +201,14 @@ def test_ticks_before_the_job_existed_or_was_resumed_are_never_missed() -> None:
         max_ticks=10,
     )
     assert plan.run == (at(4), at(5)) and plan.missed == ()
+
+
+def test_a_plan_from_a_handover_start_keeps_only_the_ticks_the_shard_owns() -> None:
+    plan = TickPlan(claimed=at(5), run=(at(2), at(3), at(5)), missed=(at(1), at(4)))
+    owned = plan.from_start(at(3))
+    assert owned.run == (at(3), at(5))
+    assert owned.missed == (at(4),)
+    assert owned.claimed == at(5)
+    # The claimed tick itself always stays (a claim never starts before its gate).
+    assert plan.from_start(at(5)).run == (at(5),)
+    assert plan.from_start(at(5)).missed == ()
