@@ -394,6 +394,8 @@ def test_cluster_up_stops_cleanly_when_interrupted_while_printing_how_to_use_it(
             raise KeyboardInterrupt
 
     monkeypatch.setattr(_cluster.click, "echo", interrupted_after_the_first_line)
+    # In this process, leave the suite's logging as it is (the command configures its own).
+    monkeypatch.setattr(_cluster._logs, "configure", lambda **_: None)
     before = {child.pid for child in psutil.Process().children(recursive=True)}
 
     result = CliRunner().invoke(main, ["cluster", "up"])
