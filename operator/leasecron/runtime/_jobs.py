@@ -113,6 +113,7 @@ class JobTable:
         self._workers: dict[str, Worker] = {}
         self._converging: dict[str, asyncio.Task[None]] = {}
         self._reported: dict[str, Any] = {}
+        self._leader_jobs: dict[str, ScheduledJob] = {}
         self.ignored: dict[str, str] = {}
         """Jobs of this group this replica does not run, and why (replaced, never mutated)."""
         self._closed = False
@@ -160,7 +161,16 @@ class JobTable:
                 self._converge(name), name=f"leasecron converge {name}"
             )
             self._converging[name] = task
-        self._leader.ensure(job for job, _ in (w for w in self._desired.values() if w is not None))
+        # The group leader only cares about Leader-coordinated jobs: tell it when they change
+        # (not on every event of every job: 1000 jobs starting would be a million checks).
+        job = wanted[0] if wanted is not None else None
+        if job is not None and uses_leader(job):
+            changed = self._leader_jobs.get(name) is not job
+            self._leader_jobs[name] = job
+        else:
+            changed = self._leader_jobs.pop(name, None) is not None
+        if changed:
+            self._leader.ensure(self._leader_jobs.values())
 
     async def close(self, reason: StopReason) -> None:
         """Stop every worker (concurrently), for shutdown."""
