@@ -8,9 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,13 +34,6 @@ pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=2)
 SHORT = {"keepAlive": False, "atMostFor": "5s"}
 LONG = {"keepAlive": True, "atMostFor": "5s"}
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 def _create(api: Any, namespace: str, name: str, lock: dict[str, Any]) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +20,6 @@ from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=2)
 SHORT = {"keepAlive": False, "atMostFor": "5s"}
-
-
-@pytest.fixture
-def kube(kubeconfig: Path, leasecron_crds: list[str]) -> Iterator[Kube]:
-    made = Kube.from_config(kubeconfig=str(kubeconfig))
-    yield made
-    made.api_client.rest_client.close()
 
 
 def create_jobs(api: Any, namespace: str, names: list[str], **spec: Any) -> None:

@@ -63,19 +63,36 @@ def lease_view(services: Services) -> LeaseView:
     return LeaseView.shared(services.lease_cache, clock=services.clock)
 
 
-def job_lease_lock(
-    services: Services, job: ScheduledJob, *, view: LeaseView | None = None
+def _lease_lock(
+    services: Services,
+    name: str,
+    *,
+    role: str,
+    labels: dict[str, str],
+    owner_reference: dict[str, Any] | None = None,
+    view: LeaseView | None = None,
 ) -> LeaseLock:
-    """The job's own Lease, as the per-job claim writes it."""
     return LeaseLock.open(
         services.kube,
         view or lease_view(services),
         clock=services.clock,
         namespace=services.namespace,
-        name=job_lease_name(job.name),
-        role=ROLE_JOB,
-        labels={LABEL_JOB: job_label_value(job.name)},
-        owner_reference=owner_reference(job),
+        name=name,
+        role=role,
+        labels=labels,
+        owner_reference=owner_reference,
+    )
+
+
+def job_lease_lock(
+    services: Services, job: ScheduledJob, *, view: LeaseView | None = None
+) -> LeaseLock:
+    """The job's own Lease, as the per-job claim writes it."""
+    labels = {LABEL_JOB: job_label_value(job.name)}
+    owner = owner_reference(job)
+    name = job_lease_name(job.name)
+    return _lease_lock(
+        services, name, role=ROLE_JOB, labels=labels, owner_reference=owner, view=view
     )
 
 
@@ -83,15 +100,8 @@ def shard_lease_lock(
     services: Services, gate: ShardGate, *, view: LeaseView | None = None
 ) -> LeaseLock:
     """The shard Lease a gate names, as the shard claim writes it."""
-    return LeaseLock.open(
-        services.kube,
-        view or lease_view(services),
-        clock=services.clock,
-        namespace=services.namespace,
-        name=gate.ref.lease,
-        role=ROLE_SHARD,
-        labels=shard_labels(services.group, gate.ref.shard),
-    )
+    labels = shard_labels(services.group, gate.ref.shard)
+    return _lease_lock(services, gate.ref.lease, role=ROLE_SHARD, labels=labels, view=view)
 
 
 async def take_back(services: Services, job: ScheduledJob, *, fallback_s: float) -> bool:
