@@ -211,3 +211,37 @@ def test_a_job_moved_between_its_own_lease_and_a_shard_keeps_a_growing_token(
     _assert_once_with_growing_tokens(contexts)
     assert contexts[0].token is not None and contexts[0].token > 500
     assert shard_tokens and max(shard_tokens) > 500, "the job never ran under a shard claim"
+
+
+def test_a_sharded_job_whose_lease_is_deleted_is_handed_over_again_and_keeps_running(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """`kubectl delete lease leasecron-job-<name>` of a sharded job: its gate goes with it, and
+    the replicas hand it to a shard again (above the tokens its runs had), not leave it
+    unclaimed."""
+    captures = [CapturingHandler(), CapturingHandler()]
+    schedulers = [
+        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
+        for _ in captures
+    ]
+    for scheduler, capture in zip(schedulers, captures, strict=True):
+        scheduler.register("work", capture)
+    _create(kube_api, namespace, "phoenix", SHORT)
+    for scheduler in schedulers:
+        scheduler.start()
+    try:
+        _wait(lambda: len(_runs(captures, "phoenix")) >= 3, timeout=30, what="runs")
+        client.CoordinationV1Api(kube_api).delete_namespaced_lease(
+            job_lease_name("phoenix"), namespace
+        )
+        deleted = len(_runs(captures, "phoenix"))
+        _wait(
+            lambda: len(_runs(captures, "phoenix")) >= deleted + 5,
+            timeout=30,
+            what="runs after the job's Lease was deleted",
+        )
+    finally:
+        for scheduler in schedulers:
+            scheduler.stop()
+    assert _gate(kube_api, namespace, "phoenix") is not None
+    _assert_once_with_growing_tokens(_runs(captures, "phoenix"))

@@ -160,6 +160,16 @@ class Handovers:
         self._parsed[name] = (version, gate)
         return gate
 
+    def unclaimed(self, name: str) -> bool:
+        """Whether job `name`'s Lease is absent or was never claimed on (no recorded tick, no
+        holder): a Lease deleted, or created afresh by the operator, rather than one a
+        per-job claim took the job's ticks back on."""
+        seen = self.view.seen(self._services.namespace, job_lease_name(name))
+        if seen is None:
+            return True
+        record = seen.observation.record
+        return record.tick is None and record.free
+
     def target(self, name: str) -> ShardRef:
         """The shard Lease this replica hands job `name` to (by its own shard count)."""
         index = shard_of(name, shards=self.shards)

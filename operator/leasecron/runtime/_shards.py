@@ -214,12 +214,15 @@ class ShardTicks:
         for name, planned in ticks.items():
             gate = handovers.gate_of(name)
             if gate is None and not handovers.pending(name):
-                # Its own Lease claims its ticks: a replica that claims it per job took them
-                # back. Not claimed here until its spec changes again.
-                self._services.skip(
-                    self._entries[name].job, SKIP_NOT_HANDED_OVER, tick=planned.tick
-                )
-                continue
+                entry = self._entries[name]
+                if handovers.unclaimed(name):
+                    # Its Lease was deleted (or created afresh): hand it over again.
+                    handovers.want(entry.job, not_before=entry.not_before)
+                else:
+                    # Its own Lease claims its ticks: a replica that claims it per job took
+                    # them back. Not claimed here until its spec changes again.
+                    self._services.skip(entry.job, SKIP_NOT_HANDED_OVER, tick=planned.tick)
+                    continue
             ref = gate.ref if gate is not None else handovers.target(name)
             key = (ref, planned.tick)
             groups.setdefault(key, []).append(name)
