@@ -47,11 +47,11 @@ from leasecron.runtime._ticks import stop_run
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
 _RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN)
+"""Skips after which a shard instant is claimed again (until its startingDeadline)."""
 _GATE_WAIT = 2.0
 """Seconds a run waits for its job's gate to show up in this replica's view."""
 SKIP_NOT_HANDED_OVER = "not_handed_over"
 """The job's Lease does not hand this tick to the shard Lease claimed (yet, or any more)."""
-"""Skips after which a shard instant is claimed again (until its startingDeadline)."""
 
 
 @dataclass(eq=False)
@@ -277,7 +277,7 @@ class ShardTicks:
     async def _instant(
         self, ref: ShardRef, instant: datetime, names: list[str], *, catch_up: bool
     ) -> None:
-        """Claim `instant` of `shard` after this replica's claim of the shard's previous
+        """Claim `instant` of shard Lease `ref` after this replica's claim of its previous
         instant is settled (a later instant claimed first would make the earlier one taken),
         then run every job of the shard due at it."""
         loop = asyncio.get_running_loop()
