@@ -2,8 +2,9 @@
 shards (docs/claims.md), with one timer for all of them and one claim per shard and instant.
 
 One loop sleeps until the soonest tick of any sharded job (one timer per instant, not one
-coroutine per job), takes every job due then, groups them by shard and, per shard, claims the
-instant on the shard's Lease after its rendezvous stagger (`ShardLock`). The replica that
+coroutine per job), takes every job due then, groups them by the shard Lease its own Lease
+hands it to (`_handover`: its gate, whatever this replica's shard count) and, per shard Lease,
+claims the instant after its rendezvous stagger (`ShardLock`). The replica that
 wins runs every job of the shard due at that instant, each through the one run-a-tick path
 (`Services.run_tick`) with the shard grant's token and its record written off the start path
 (`RecordMode.DEFERRED`), after catch-up per job planned from the shard's high-water mark
