@@ -6,6 +6,7 @@ them (docs/claims.md, "Moving a job between claim models")."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import Counter
 from datetime import datetime
@@ -25,7 +26,12 @@ from leasecron.models.names import (
     VERSION,
     job_lease_name,
 )
-from leasecron.models.shards import lease_annotations, parse_gate
+from leasecron.models.shards import (
+    ANNOTATION_SHARDED,
+    lease_annotations,
+    parse_gate,
+    shard_lease_name,
+)
 from leasecron.models.specs import job_label_value
 from leasecron.runtime import Tuning
 from leasecron.testing.handlers import CapturingHandler, scheduled_job
@@ -245,3 +251,57 @@ def test_a_sharded_job_whose_lease_is_deleted_is_handed_over_again_and_keeps_run
             scheduler.stop()
     assert _gate(kube_api, namespace, "phoenix") is not None
     _assert_once_with_growing_tokens(_runs(captures, "phoenix"))
+
+
+def test_a_corrupt_gate_stops_no_job_and_is_never_followed_to_another_lease(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """Job Leases whose gate names a Lease that is no shard Lease of the group (here another
+    job's): the per-job job removes it and runs, the sharded one is handed over afresh and
+    runs, and the named Lease is never written."""
+    leases = client.CoordinationV1Api(kube_api)
+    bogus = json.dumps(
+        {"lease": job_lease_name("victim"), "shard": 0, "shards": 3, "from": "2020-01-01T00:00:00Z"}
+    )
+    for name in ("per-job", "sharded"):
+        labels = default_labels(ROLE_JOB, {LABEL_JOB: job_label_value(name)})
+        leases.create_namespaced_lease(
+            namespace,
+            client.V1Lease(
+                metadata=client.V1ObjectMeta(
+                    name=job_lease_name(name),
+                    labels=labels,
+                    annotations={ANNOTATION_SHARDED: bogus},
+                ),
+                spec=client.V1LeaseSpec(holder_identity="", lease_transitions=3),
+            ),
+        )
+    captures = [CapturingHandler(), CapturingHandler()]
+    schedulers = [
+        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
+        for _ in captures
+    ]
+    for scheduler, capture in zip(schedulers, captures, strict=True):
+        scheduler.register("work", capture)
+    _create(kube_api, namespace, "per-job", LONG)
+    _create(kube_api, namespace, "sharded", SHORT)
+    for scheduler in schedulers:
+        scheduler.start()
+    try:
+        _wait(
+            lambda: all(len(_runs(captures, n)) >= 4 for n in ("per-job", "sharded")),
+            timeout=40,
+            what="runs of both jobs",
+        )
+    finally:
+        for scheduler in schedulers:
+            scheduler.stop()
+    names = {lease.metadata.name for lease in leases.list_namespaced_lease(namespace).items}
+    assert job_lease_name("victim") not in names
+    assert _gate(kube_api, namespace, "per-job") is None
+    gate = _gate(kube_api, namespace, "sharded")
+    assert gate is not None and gate.lease == shard_lease_name("default", gate.ref.shard, shards=3)
+    for name in ("per-job", "sharded"):
+        contexts = _runs(captures, name)
+        _assert_once_with_growing_tokens(contexts)
+        assert contexts[0].token is not None and contexts[0].token > 3

@@ -89,16 +89,18 @@ async def hand_to_shard(
     floor: TokenFloor,
     clock: Clock,
     fallback_s: float,
+    valid: Callable[[ShardGate], bool] = lambda gate: True,
     request_timeout: float | None = None,
 ) -> ShardGate | None:
     """The gate in force on the job's Lease: the one found there, or one written now from
-    `gate_for`. None when it cannot be written now (a per-job grant is live, another writer
-    was first, or the store did not answer): try again later."""
+    `gate_for` (also over a gate that is not `valid`: it names no shard Lease, so nothing
+    ran under it). None when it cannot be written now (a per-job grant is live, another
+    writer was first, or the store did not answer): try again later."""
     try:
         seen = await _seen(job_lock, request_timeout)
         if seen is not None:
             gate = parse_gate(lease_annotations(seen.obj))
-            if gate is not None:
+            if gate is not None and valid(gate):
                 return gate
             if _live(seen, clock=clock, fallback_s=fallback_s):
                 return None
@@ -138,7 +140,7 @@ async def hand_to_shard(
 async def release_from_shard(
     job: str,
     job_lock: LeaseLock,
-    shard_lock_for: Callable[[ShardGate], LeaseLock],
+    shard_lock_for: Callable[[ShardGate], LeaseLock | None],
     *,
     shard_floor: Callable[[ShardGate], Awaitable[int]],
     clock: Clock,
@@ -146,13 +148,20 @@ async def release_from_shard(
     request_timeout: float | None = None,
 ) -> bool:
     """Take `job`'s ticks back from the shard Lease its Lease's gate names. True once the
-    job's Lease carries no gate (per-job claims may go on); False: not now, try again."""
+    job's Lease carries no gate (per-job claims may go on); False: not now, try again.
+    `shard_lock_for` gives None for a gate that names no valid shard Lease (corrupt): no
+    shard claim ran the job under it, so only the gate is removed."""
     try:
         seen = await _seen(job_lock, request_timeout)
         gate = parse_gate(lease_annotations(seen.obj)) if seen is not None else None
         if seen is None or gate is None:
             return True
-        shard = await _let_go(job, gate, shard_lock_for(gate), shard_floor, request_timeout)
+        shard_lock = shard_lock_for(gate)
+        shard = (
+            await _let_go(job, gate, shard_lock, shard_floor, request_timeout)
+            if shard_lock is not None
+            else LeaseRecord()
+        )
         if _live(seen, clock=clock, fallback_s=fallback_s):
             return False
         record = seen.observation.record

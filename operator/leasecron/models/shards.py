@@ -170,6 +170,15 @@ def parse_gate(annotations: Mapping[str, object]) -> ShardGate | None:
     return ShardGate(ref=ref, start=tick, token=token)
 
 
+def gate_of_group(gate: ShardGate | None, group: str) -> ShardGate | None:
+    """`gate` when it names a shard Lease of `group` (the Lease its shard and count give),
+    else None: a gate naming any other Lease is corrupt, and no shard claim runs the job."""
+    if gate is None:
+        return None
+    expected = shard_lease_name(group, gate.ref.shard, shards=gate.ref.shards)
+    return gate if gate.ref.lease == expected else None
+
+
 def format_gate(gate: ShardGate) -> str:
     return json.dumps(
         {

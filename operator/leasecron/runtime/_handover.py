@@ -29,6 +29,7 @@ from leasecron.models.names import LABEL_JOB, job_lease_name
 from leasecron.models.shards import (
     ShardGate,
     ShardRef,
+    gate_of_group,
     lease_annotations,
     parse_gate,
     shard_lease_name,
@@ -111,7 +112,11 @@ async def take_back(services: Services, job: ScheduledJob, *, fallback_s: float)
     done = await release_from_shard(
         job.name,
         job_lease_lock(services, job, view=view),
-        lambda gate: shard_lease_lock(services, gate, view=view),
+        lambda gate: (
+            shard_lease_lock(services, gate, view=view)
+            if gate_of_group(gate, services.group) is not None
+            else None
+        ),
         shard_floor=lambda gate: ShardFloors(services).floor(gate.ref),
         clock=services.clock,
         fallback_s=fallback_s,
@@ -156,17 +161,29 @@ class Handovers:
         cached = self._parsed.get(name)
         if cached is not None and cached[0] == version and version is not None:
             return cached[1]
-        gate = parse_gate(lease_annotations(seen.obj))
+        written = parse_gate(lease_annotations(seen.obj))
+        gate = gate_of_group(written, self._services.group)
+        if written is not None and gate is None:
+            _log.warning(
+                "the job's Lease hands it to a Lease that is no shard Lease of this group; "
+                "no shard claim runs it",
+                job=name,
+                lease=written.lease,
+                group=self._services.group,
+            )
         self._parsed[name] = (version, gate)
         return gate
 
-    def unclaimed(self, name: str) -> bool:
-        """Whether job `name`'s Lease is absent or was never claimed on (no recorded tick, no
-        holder): a Lease deleted, or created afresh by the operator, rather than one a
-        per-job claim took the job's ticks back on."""
+    def needs_gate(self, name: str) -> bool:
+        """Whether job `name` (run here through shards, no valid gate seen) should be handed
+        over again: its Lease is absent or was never claimed on (deleted, or created afresh
+        by the operator), or its gate names no shard Lease of this group (corrupt). False for
+        a Lease a per-job claim took the job's ticks back on."""
         seen = self.view.seen(self._services.namespace, job_lease_name(name))
         if seen is None:
             return True
+        if parse_gate(lease_annotations(seen.obj)) is not None:
+            return self.gate_of(name) is None
         record = seen.observation.record
         return record.tick is None and record.free
 
@@ -273,6 +290,7 @@ class Handovers:
                 floor=services.token_floor(job.name),
                 clock=services.clock,
                 fallback_s=job.spec.lock.at_most_for.total_seconds(),
+                valid=lambda gate: gate_of_group(gate, services.group) is not None,
             )
         if gate is not None:
             self._wanted.pop(job.name, None)

@@ -216,8 +216,8 @@ class ShardTicks:
             gate = handovers.gate_of(name)
             if gate is None and not handovers.pending(name):
                 entry = self._entries[name]
-                if handovers.unclaimed(name):
-                    # Its Lease was deleted (or created afresh): hand it over again.
+                if handovers.needs_gate(name):
+                    # Its Lease was deleted, created afresh, or its gate is corrupt.
                     handovers.want(entry.job, not_before=entry.not_before)
                 else:
                     # Its own Lease claims its ticks: a replica that claims it per job took

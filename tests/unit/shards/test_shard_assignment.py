@@ -25,6 +25,7 @@ from leasecron.models.shards import (
     due_at,
     format_gate,
     format_released,
+    gate_of_group,
     parse_gate,
     parse_released,
     runs_under_shard,
@@ -169,3 +170,15 @@ def test_a_shard_holder_claims_the_next_instant_over_its_own_live_grant_and_othe
     assert isinstance(mine, Claim) and mine.token == 8 and not mine.replaces_orphan
     assert claim("me", ()) == Skip("live_grant")
     assert claim("other", (7,)) == Skip("live_grant")
+
+
+def test_a_gate_counts_only_when_it_names_the_shard_lease_of_its_group() -> None:
+    ours = ShardGate(
+        ref=ShardRef(lease=shard_lease_name("billing", 2, shards=8), shard=2, shards=8),
+        start=NOW,
+    )
+    assert gate_of_group(ours, "billing") == ours
+    assert gate_of_group(ours, "reports") is None
+    elsewhere = ShardGate(ref=ShardRef(lease="leasecron-job-x", shard=2, shards=8), start=NOW)
+    assert gate_of_group(elsewhere, "billing") is None
+    assert gate_of_group(None, "billing") is None
