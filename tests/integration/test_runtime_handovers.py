@@ -9,7 +9,7 @@ import itertools
 import json
 import time
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,11 +19,13 @@ from leasecron import JobContext, Scheduler
 from leasecron.coordination.resourcelocks import ROLE_JOB, ROLE_SHARD, default_labels
 from leasecron.kube.clients import Kube
 from leasecron.models.names import (
+    ANNOTATION_TICK,
     GROUP,
     LABEL_JOB,
     LABEL_ROLE,
     SCHEDULEDJOB_PLURAL,
     VERSION,
+    format_tick,
     job_lease_name,
 )
 from leasecron.models.shards import (
@@ -38,6 +40,7 @@ from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=2)
+EARLIER = datetime(2020, 1, 1, tzinfo=UTC)
 SHORT = {"keepAlive": False, "atMostFor": "5s"}
 LONG = {"keepAlive": True, "atMostFor": "5s"}
 
@@ -257,8 +260,8 @@ def test_a_corrupt_gate_stops_no_job_and_is_never_followed_to_another_lease(
     kube: Kube, kube_api: Any, namespace: str
 ) -> None:
     """Job Leases whose gate names a Lease that is no shard Lease of the group (here another
-    job's): the per-job job removes it and runs, the sharded one is handed over afresh and
-    runs, and the named Lease is never written."""
+    job's), or stops reading while the job runs: the per-job job removes it and runs, the
+    sharded ones are handed over afresh and run, and the named Lease is never written."""
     leases = client.CoordinationV1Api(kube_api)
     bogus = json.dumps(
         {"lease": job_lease_name("victim"), "shard": 0, "shards": 3, "from": "2020-01-01T00:00:00Z"}
@@ -285,13 +288,26 @@ def test_a_corrupt_gate_stops_no_job_and_is_never_followed_to_another_lease(
         scheduler.register("work", capture)
     _create(kube_api, namespace, "per-job", LONG)
     _create(kube_api, namespace, "sharded", SHORT)
+    _create(kube_api, namespace, "garbled", SHORT)
+    jobs = ("per-job", "sharded", "garbled")
     for scheduler in schedulers:
         scheduler.start()
     try:
         _wait(
-            lambda: all(len(_runs(captures, n)) >= 4 for n in ("per-job", "sharded")),
+            lambda: all(len(_runs(captures, n)) >= 4 for n in jobs),
             timeout=40,
-            what="runs of both jobs",
+            what="runs of every job",
+        )
+        # A gate garbled while the job runs, on a Lease that records a tick.
+        garbled = {ANNOTATION_SHARDED: "{not json", ANNOTATION_TICK: format_tick(EARLIER)}
+        leases.patch_namespaced_lease(
+            job_lease_name("garbled"), namespace, {"metadata": {"annotations": garbled}}
+        )
+        ran = len(_runs(captures, "garbled"))
+        _wait(
+            lambda: len(_runs(captures, "garbled")) >= ran + 4,
+            timeout=30,
+            what="runs after the gate was garbled",
         )
     finally:
         for scheduler in schedulers:
@@ -299,9 +315,12 @@ def test_a_corrupt_gate_stops_no_job_and_is_never_followed_to_another_lease(
     names = {lease.metadata.name for lease in leases.list_namespaced_lease(namespace).items}
     assert job_lease_name("victim") not in names
     assert _gate(kube_api, namespace, "per-job") is None
-    gate = _gate(kube_api, namespace, "sharded")
-    assert gate is not None and gate.lease == shard_lease_name("default", gate.ref.shard, shards=3)
-    for name in ("per-job", "sharded"):
-        contexts = _runs(captures, name)
-        _assert_once_with_growing_tokens(contexts)
-        assert contexts[0].token is not None and contexts[0].token > 3
+    for name in ("sharded", "garbled"):
+        gate = _gate(kube_api, namespace, name)
+        assert gate is not None
+        assert gate.lease == shard_lease_name("default", gate.ref.shard, shards=3)
+    for name in jobs:
+        _assert_once_with_growing_tokens(_runs(captures, name))
+    for name in ("per-job", "sharded"):  # above the token their Leases started at
+        first = _runs(captures, name)[0].token
+        assert first is not None and first > 3

@@ -27,6 +27,7 @@ from leasecron.models.decisions import rendezvous_rank
 from leasecron.models.leases import LeaseRecord
 from leasecron.models.names import LABEL_JOB, job_lease_name
 from leasecron.models.shards import (
+    ANNOTATION_SHARDED,
     ShardGate,
     ShardRef,
     gate_of_group,
@@ -177,13 +178,14 @@ class Handovers:
     def needs_gate(self, name: str) -> bool:
         """Whether job `name` (run here through shards, no valid gate seen) should be handed
         over again: its Lease is absent or was never claimed on (deleted, or created afresh
-        by the operator), or its gate names no shard Lease of this group (corrupt). False for
+        by the operator), or its gate does not read or names no shard Lease of this group
+        (corrupt). False for
         a Lease a per-job claim took the job's ticks back on."""
         seen = self.view.seen(self._services.namespace, job_lease_name(name))
         if seen is None:
             return True
-        if parse_gate(lease_annotations(seen.obj)) is not None:
-            return self.gate_of(name) is None
+        if ANNOTATION_SHARDED in lease_annotations(seen.obj):
+            return self.gate_of(name) is None  # a gate that does not read, or not ours
         record = seen.observation.record
         return record.tick is None and record.free
 
