@@ -137,3 +137,37 @@ def test_a_coordinated_job_gets_an_owned_labelled_lease_and_only_its_status_is_w
     assert all(sub == "status" for manager, sub in writers if manager != "OpenAPI-Generator")
     assert not job["metadata"].get("finalizers")
     assert not any(key.startswith("kopf.") for key in job["metadata"].get("annotations") or {})
+
+
+def test_a_sharded_job_shows_the_holder_of_its_shard_lease_while_it_runs(
+    kube_api: ApiClient,
+    namespace: str,
+    start_operator: StartOperator,
+    start_replica: StartReplica,
+) -> None:
+    """A short job is claimed through a shard Lease (its own Lease is never held): HOLDER is
+    the holder of the shard Lease its own Lease names."""
+    apply_job(
+        kube_api,
+        namespace,
+        "short",
+        schedule="@every 5s",
+        group="sharded",
+        handler="short",
+        lock={"keepAlive": False, "atMostFor": "10s"},
+    )
+    with (
+        start_operator(),
+        start_replica(identity="worker-1", group="sharded", handlers="short", run_seconds=3),
+    ):
+
+        def holder() -> str | None:
+            return (get_job(kube_api, namespace, "short").get("status") or {}).get("holder")
+
+        poll(lambda: holder() == "worker-1", timeout=30, what="the shard holder as HOLDER")
+        own = [
+            lease
+            for lease in leases(kube_api, namespace)
+            if lease.metadata.name == "leasecron-job-short"
+        ]
+        assert own and not own[0].spec.holder_identity

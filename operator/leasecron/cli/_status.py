@@ -47,6 +47,7 @@ from leasecron.models.names import (
     leader_lease_name,
 )
 from leasecron.models.schedules import Schedule, ScheduleError
+from leasecron.models.shards import gate_of_group, lease_annotations, parse_gate
 
 HEADERS = ("NAME", "BUCKET", "HOLDER", "LAST RUN", "OUTCOME", "NEXT", "READY", "REPLICAS")
 WIDE = ("SCHEDULE", "GROUP", "TOKEN", "MISSED")
@@ -118,12 +119,27 @@ class Cluster:
     leases: Sequence[Mapping[str, Any]] = ()
     runs: Sequence[Mapping[str, Any]] = ()
 
-    def lease(self, namespace: str, name: str) -> LeaseRecord | None:
+    def lease_object(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         for obj in self.leases:
             metadata = mapping(obj.get("metadata"))
             if metadata.get("namespace") == namespace and metadata.get("name") == name:
-                return parse_lease(obj)
+                return obj
         return None
+
+    def lease(self, namespace: str, name: str) -> LeaseRecord | None:
+        obj = self.lease_object(namespace, name)
+        return parse_lease(obj) if obj is not None else None
+
+    def grant_lease(self, namespace: str, name: str, spec: Mapping[str, Any]) -> str | None:
+        """The Lease whose holder runs the job: its own, the shard Lease its own hands it to,
+        or its group leader's."""
+        grant = _grant_lease(name, spec)
+        if grant is None or grant != job_lease_name(name):
+            return grant
+        group = str(spec.get("group") or "default")
+        raw = self.lease_object(namespace, grant)
+        gate = gate_of_group(parse_gate(lease_annotations(raw)), group)
+        return gate.lease if gate is not None else grant
 
     def operator_running(self, now: datetime) -> bool:
         operators = [
@@ -177,7 +193,7 @@ def fallback_status(obj: Mapping[str, Any], cluster: Cluster, *, now: datetime) 
     """The status columns of one job as Leases and JobRuns tell them, without the operator."""
     metadata, spec = mapping(obj.get("metadata")), mapping(obj.get("spec"))
     namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-    grant = _grant_lease(name, spec)
+    grant = cluster.grant_lease(namespace, name, spec)
     status: dict[str, Any] = {
         "holder": live_holder(cluster.lease(namespace, grant), now) if grant else "",
         "replicas": _covering_replicas(cluster, namespace=namespace, name=name, spec=spec, now=now),

@@ -34,6 +34,7 @@ from leasecron.models.names import (
     VERSION,
     job_lease_name,
 )
+from leasecron.models.shards import gate_of_group, lease_annotations, parse_gate
 from leasecron.models.specs import job_label_value
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import (
@@ -211,6 +212,15 @@ class World:
             return None
         return Observation(record=parse_lease(obj), observed_at=observed)
 
+    def shard_lease(self, namespace: str, facts: JobFacts) -> str | None:
+        """The shard Lease the job's own Lease hands its ticks to, if it does."""
+        informer = self._informer(self._leases, namespace)
+        if informer is None or facts.job_lease is None:
+            return None
+        raw = informer.get(namespace, facts.job_lease)
+        gate = gate_of_group(parse_gate(lease_annotations(raw)), facts.group)
+        return gate.lease if gate is not None else None
+
     def run_object(self, namespace: str, name: str) -> dict[str, Any] | None:
         informer = self._informer(self._runs, namespace)
         return informer.get(namespace, name) if informer is not None else None
@@ -291,6 +301,10 @@ class World:
         grant = job_lease if facts.grant_lease == facts.job_lease else None
         if facts.grant_lease is not None and facts.grant_lease != facts.job_lease:
             grant = self.lease(namespace, facts.grant_lease)
+        elif grant is not None:
+            # A job handed to a shard Lease is run by that Lease's holder.
+            shard = self.shard_lease(namespace, facts)
+            grant = self.lease(namespace, shard) if shard is not None else grant
         label = job_label_value(facts.ref.name)
         runs = self._run_index.get((namespace, label), {})
         members = self._member_index.get((namespace, facts.group), {})

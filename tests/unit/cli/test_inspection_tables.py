@@ -9,6 +9,13 @@ from typing import Any
 
 from leasecron.cli._inspect import lease_rows, run_rows
 from leasecron.cli._status import NO_OPERATOR, NO_STATUS, Cluster, status_rows
+from leasecron.models.shards import (
+    ANNOTATION_SHARDED,
+    ShardGate,
+    ShardRef,
+    format_gate,
+    shard_lease_name,
+)
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -120,6 +127,34 @@ def test_an_expired_grant_has_no_holder_in_the_fallback() -> None:
     [row], _ = status_rows(
         [job("report")], now=NOW, with_namespace=False, cluster=Cluster(leases=[stale])
     )
+    assert row[2] == "-"
+
+
+def test_a_sharded_job_is_held_by_the_holder_of_the_shard_lease_its_own_lease_names() -> None:
+    shard = shard_lease_name("default", 3, shards=16)
+    gate = ShardGate(
+        ref=ShardRef(lease=shard, shard=3, shards=16),
+        start=datetime(2026, 3, 1, 11, 0, tzinfo=UTC),
+    )
+    own = lease(
+        "leasecron-job-report",
+        role="job",
+        labels={"leasecron.dev/job": "report"},
+        annotations={ANNOTATION_SHARDED: format_gate(gate)},
+    )
+    held = lease(shard, role="shard", holder="web-2", duration=10)
+    cluster = Cluster(leases=[own, held, *MEMBERS], runs=RUNS)
+    [row], _ = status_rows([job("report")], now=NOW, with_namespace=False, cluster=cluster)
+    assert row[2] == "web-2"
+    # A gate naming a Lease that is no shard Lease of the job's group is not followed.
+    other = lease("leasecron-job-other", role="job", holder="web-1")
+    corrupt = ShardGate(ref=ShardRef(lease="leasecron-job-other", shard=3, shards=16), start=NOW)
+    bad = {
+        **own,
+        "metadata": {**own["metadata"], "annotations": {ANNOTATION_SHARDED: format_gate(corrupt)}},
+    }
+    cluster = Cluster(leases=[bad, other, *MEMBERS], runs=RUNS)
+    [row], _ = status_rows([job("report")], now=NOW, with_namespace=False, cluster=cluster)
     assert row[2] == "-"
 
 
