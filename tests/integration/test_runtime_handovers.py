@@ -72,6 +72,21 @@ def _wait(predicate: Any, *, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _replicas(
+    kube: Kube, namespace: str, *shard_counts: int
+) -> tuple[list[Scheduler], list[CapturingHandler]]:
+    """One Scheduler per shard count (0: every job claimed on its own Lease), each running
+    handler "work" with its own capture."""
+    captures = [CapturingHandler() for _ in shard_counts]
+    schedulers = [
+        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=count)
+        for count in shard_counts
+    ]
+    for scheduler, capture in zip(schedulers, captures, strict=True):
+        scheduler.register("work", capture)
+    return schedulers, captures
+
+
 def _runs(captures: list[CapturingHandler], job: str) -> list[JobContext]:
     return sorted(
         (ctx for c in captures for ctx in list(c.contexts) if ctx.job == job),
@@ -101,11 +116,7 @@ def test_a_replica_claiming_per_job_and_one_claiming_through_shards_never_run_a_
     """The widest disagreement: one replica claims the job on its own Lease (no shards), the
     other through a shard Lease. Each tick runs once, tokens only grow, and the job settles on
     one Lease and runs every tick there."""
-    captures = [CapturingHandler(), CapturingHandler()]
-    per_job = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=0)
-    sharded = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
-    for scheduler, capture in zip((per_job, sharded), captures, strict=True):
-        scheduler.register("work", capture)
+    (per_job, sharded), captures = _replicas(kube, namespace, 0, 3)
     _create(kube_api, namespace, "both-ways", SHORT)
     sharded.start()
     try:
@@ -140,13 +151,7 @@ def test_replicas_with_different_shard_counts_run_each_tick_once(
     """A rollout that changes the shard count: every job's Lease names the one shard Lease
     that claims it, and replicas of either count follow it."""
     names = [f"count-{i}" for i in range(6)]
-    captures = [CapturingHandler(), CapturingHandler()]
-    schedulers = [
-        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=count)
-        for count in (2, 3)
-    ]
-    for scheduler, capture in zip(schedulers, captures, strict=True):
-        scheduler.register("work", capture)
+    schedulers, captures = _replicas(kube, namespace, 2, 3)
     for name in names:
         _create(kube_api, namespace, name, SHORT)
     for scheduler in schedulers:
@@ -184,13 +189,7 @@ def test_a_job_moved_between_its_own_lease_and_a_shard_keeps_a_growing_token(
             spec=client.V1LeaseSpec(holder_identity="", lease_transitions=500),
         ),
     )
-    captures = [CapturingHandler(), CapturingHandler()]
-    schedulers = [
-        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
-        for _ in captures
-    ]
-    for scheduler, capture in zip(schedulers, captures, strict=True):
-        scheduler.register("work", capture)
+    schedulers, captures = _replicas(kube, namespace, 3, 3)
     _create(kube_api, namespace, "mover", LONG)
 
     def more_runs(count: int) -> None:
@@ -228,13 +227,7 @@ def test_a_sharded_job_whose_lease_is_deleted_is_handed_over_again_and_keeps_run
     """`kubectl delete lease leasecron-job-<name>` of a sharded job: its gate goes with it, and
     the replicas hand it to a shard again (above the tokens its runs had), not leave it
     unclaimed."""
-    captures = [CapturingHandler(), CapturingHandler()]
-    schedulers = [
-        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
-        for _ in captures
-    ]
-    for scheduler, capture in zip(schedulers, captures, strict=True):
-        scheduler.register("work", capture)
+    schedulers, captures = _replicas(kube, namespace, 3, 3)
     _create(kube_api, namespace, "phoenix", SHORT)
     for scheduler in schedulers:
         scheduler.start()
@@ -279,13 +272,7 @@ def test_a_corrupt_gate_stops_no_job_and_is_never_followed_to_another_lease(
                 spec=client.V1LeaseSpec(holder_identity="", lease_transitions=3),
             ),
         )
-    captures = [CapturingHandler(), CapturingHandler()]
-    schedulers = [
-        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=3)
-        for _ in captures
-    ]
-    for scheduler, capture in zip(schedulers, captures, strict=True):
-        scheduler.register("work", capture)
+    schedulers, captures = _replicas(kube, namespace, 3, 3)
     _create(kube_api, namespace, "per-job", LONG)
     _create(kube_api, namespace, "sharded", SHORT)
     _create(kube_api, namespace, "garbled", SHORT)
