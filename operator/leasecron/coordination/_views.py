@@ -235,8 +235,13 @@ class LeaseView:
         if event.type == "DELETED":
             self._local.pop(key, None)
             self._changed(key, None)
-        else:
-            self._changed(key, event.obj)
+            return
+        local = self._local.get(key)
+        if local is not None and not _newer(_rv(event.obj), _rv(local[0])):
+            # The watch is still catching up with what our own request returned: an older
+            # version must not look like a change (a grant of ours "lost", then an orphan).
+            return
+        self._changed(key, event.obj)
 
     def _changed(self, key: Key, obj: dict[str, Any] | None) -> None:
         for callback in list(self._watchers.get(key, ())):

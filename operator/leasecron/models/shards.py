@@ -223,14 +223,18 @@ def runs_under_shard(
     gate: ShardGate | None,
     lease: str,
     released: Mapping[str, datetime] | None,
+    token: int,
 ) -> bool:
-    """Whether the holder of a claim on shard Lease `lease` (whose record showed `released`)
-    runs `job`'s `tick`: the job's Lease handed it to this shard Lease from a tick at or
-    before `tick`, and the shard Lease has not let go of that handover."""
+    """Whether the holder of claim `token` on shard Lease `lease` (whose record showed
+    `released`) runs `job`'s `tick`: the job's Lease handed it to this shard Lease from a tick
+    at or before `tick`, the shard Lease has not let go of that hand-over, and the claim's
+    token is above the one the job had on its own Lease (a claim written before this replica
+    saw the gate may not be; the next instant's is)."""
     return (
         gate is not None
         and released is not None
         and gate.lease == lease
         and gate.covers(tick)
         and released.get(job) != gate.start
+        and token > gate.token
     )

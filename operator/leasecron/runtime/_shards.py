@@ -378,7 +378,9 @@ class ShardTicks:
         left = instant + job.spec.starting_deadline - services.clock.now()
         within = min(_GATE_WAIT, max(0.0, left.total_seconds()))
         gate = await self.handovers.wait_gate(job.name, within=within)
-        if not runs_under_shard(job.name, instant, gate=gate, lease=ref.lease, released=released):
+        if not runs_under_shard(
+            job.name, instant, gate=gate, lease=ref.lease, released=released, token=grant.token
+        ):
             # Its own Lease (or another shard Lease) claims this tick: not ours to run.
             _log.debug(
                 "tick not run under this shard",
@@ -391,11 +393,6 @@ class ShardTicks:
             services.skip(job, SKIP_NOT_HANDED_OVER, tick=instant)
             return
         assert gate is not None
-        if grant.token <= gate.token:
-            # Claimed before this replica saw the job's gate: the token would not be above
-            # the ones the job had on its own Lease. The next instant's claim is.
-            services.skip(job, SKIP_NOT_HANDED_OVER, tick=instant)
-            return
         plan = plan_claimed(
             schedule,
             claimed=instant,

@@ -4,7 +4,8 @@
 the loop would wait for its next timer, the clock jumps there, so tests run in no real time
 and assert on simulated seconds. `FakeLeaseServer` applies writes conditionally on
 resourceVersion as the API server does, can be taken `down` (Unavailable), and feeds
-`FakeCache`s (the Informer's reading side) one loop iteration after each write.
+`FakeCache`s (the Informer's reading side) one loop iteration after each write, or `delay`
+seconds after it. With `latency`, each request and each reply take that long.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ def _key(body: dict[str, Any], namespace: str) -> Key:
 class FakeCache:
     """What an Informer offers a LeaseView, fed by the fake server."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, *, delay: float = 0.0) -> None:
         self._clock = clock
+        self.delay = delay
+        """Seconds after a write that this cache sees it (in write order)."""
         self.objects: dict[Key, dict[str, Any]] = {}
         self._observed: dict[Key, float] = {}
         self._subscribers: list[Callable[[WatchEvent], None]] = []
@@ -94,16 +97,18 @@ class FakeCache:
 class FakeLeaseServer:
     """Leases in memory with the API server's conditional-write rules."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, *, latency: Callable[[], float] | None = None) -> None:
         self.clock = clock
+        self.latency = latency
+        """Seconds a request takes to reach the store, and again for its reply (None: none)."""
         self.objects: dict[Key, dict[str, Any]] = {}
         self.version = 0
         self.down = False
         self.caches: list[FakeCache] = []
         self.writes: list[tuple[float, str, dict[str, Any]]] = []
 
-    def cache(self) -> FakeCache:
-        cache = FakeCache(self.clock)
+    def cache(self, *, delay: float = 0.0) -> FakeCache:
+        cache = FakeCache(self.clock, delay=delay)
         for key, obj in self.objects.items():
             cache.deliver("ADDED", key, obj)
         self.caches.append(cache)
@@ -128,7 +133,10 @@ class FakeLeaseServer:
         self.writes.append((self.clock.monotonic(), client, obj))
         loop = asyncio.get_running_loop()
         for cache in self.caches:
-            loop.call_soon(cache.deliver, kind, key, copy.deepcopy(obj))
+            if cache.delay > 0:
+                loop.call_later(cache.delay, cache.deliver, kind, key, copy.deepcopy(obj))
+            else:
+                loop.call_soon(cache.deliver, kind, key, copy.deepcopy(obj))
         return copy.deepcopy(obj)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -166,6 +174,10 @@ class FakeClient:
     def request_count(self) -> int:
         return sum(self.requests.values())
 
+    async def _travel(self) -> None:
+        if self.server.latency is not None:
+            await asyncio.sleep(self.server.latency())
+
     async def get(
         self,
         *,
@@ -174,7 +186,10 @@ class FakeClient:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any] | None:
         self.requests["get"] += 1
-        return self.server.get(namespace, name)
+        await self._travel()
+        answer = self.server.get(namespace, name)
+        await self._travel()
+        return answer
 
     async def create(
         self,
@@ -184,7 +199,10 @@ class FakeClient:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
         self.requests["create"] += 1
-        return self.server.create(namespace, body, self.name)
+        await self._travel()
+        answer = self.server.create(namespace, body, self.name)
+        await self._travel()
+        return answer
 
     async def replace(
         self,
@@ -194,4 +212,7 @@ class FakeClient:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
         self.requests["replace"] += 1
-        return self.server.replace(namespace, body, self.name)
+        await self._travel()
+        answer = self.server.replace(namespace, body, self.name)
+        await self._travel()
+        return answer

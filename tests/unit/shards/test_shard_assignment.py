@@ -124,19 +124,21 @@ def test_released_handovers_read_back_and_a_corrupt_list_reads_as_none() -> None
 def test_a_shard_claim_runs_a_job_only_from_its_gate_on_and_not_once_released() -> None:
     lease = GATE.lease
     before, at, after = NOW - timedelta(seconds=1), NOW, NOW + timedelta(seconds=1)
-    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={})
-    assert runs_under_shard("j", after, gate=GATE, lease=lease, released={})
-    assert not runs_under_shard("j", before, gate=GATE, lease=lease, released={})
-    assert not runs_under_shard("j", at, gate=None, lease=lease, released={})
+    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={}, token=8)
+    assert runs_under_shard("j", after, gate=GATE, lease=lease, released={}, token=8)
+    assert not runs_under_shard("j", before, gate=GATE, lease=lease, released={}, token=8)
+    assert not runs_under_shard("j", at, gate=None, lease=lease, released={}, token=8)
     assert not runs_under_shard(
-        "j", at, gate=GATE, lease="leasecron-shard-default-8-1", released={}
+        "j", at, gate=GATE, lease="leasecron-shard-default-8-1", released={}, token=8
     )
-    assert not runs_under_shard("j", at, gate=GATE, lease=lease, released={"j": NOW})
-    assert not runs_under_shard("j", at, gate=GATE, lease=lease, released=None)
+    assert not runs_under_shard("j", at, gate=GATE, lease=lease, released={"j": NOW}, token=8)
+    assert not runs_under_shard("j", at, gate=GATE, lease=lease, released=None, token=8)
     # A release of an earlier hand-over does not stop a later one.
     earlier = NOW - timedelta(hours=1)
-    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={"j": earlier})
-    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={"other": NOW})
+    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={"j": earlier}, token=8)
+    assert runs_under_shard("j", at, gate=GATE, lease=lease, released={"other": NOW}, token=8)
+    # A claim whose token is not above the job's token on its own Lease (7) runs nothing.
+    assert not runs_under_shard("j", at, gate=GATE, lease=lease, released={}, token=7)
 
 
 def test_a_shard_holder_claims_the_next_instant_over_its_own_live_grant_and_others_do_not() -> None:
