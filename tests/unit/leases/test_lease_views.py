@@ -38,6 +38,26 @@ def test_a_write_response_newer_than_the_cache_is_used_until_the_watch_catches_u
     assert seen.observation.observed_at == clock.monotonic()  # the cache's copy now
 
 
+def test_watchers_are_not_told_of_a_watch_event_older_than_our_own_write() -> None:
+    """Our claim's reply (v9) is noted before the watch delivers our release before it (v8):
+    a watcher must not see v8 as the Lease's news (it would take our fresh grant for lost)."""
+    clock = FakeClock()
+    cache = FakeCache(clock)
+    view = LeaseView(cache, clock=clock)
+    cache.deliver("ADDED", (NS, "l"), lease("7", holder="me"))
+    told: list[str | None] = []
+    view.watch(
+        NS, "l", lambda obj: told.append(obj["metadata"]["resourceVersion"] if obj else None)
+    )
+    view.note(lease("9", holder="me"))
+    cache.deliver("MODIFIED", (NS, "l"), lease("8", holder=""))
+    cache.deliver("MODIFIED", (NS, "l"), lease("9", holder="me"))
+    cache.deliver("MODIFIED", (NS, "l"), lease("10", holder="other"))
+    assert told == ["9", "10"]
+    seen = view.seen(NS, "l")
+    assert seen is not None and seen.observation.record.holder == "other"
+
+
 def test_an_older_response_never_replaces_a_newer_cached_version() -> None:
     clock = FakeClock()
     cache = FakeCache(clock)
