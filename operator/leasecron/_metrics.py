@@ -80,6 +80,12 @@ INJECTED_FAULTS = Counter(
     "Requests that a test fault plan (leasecron.testing.faults) failed, delayed or cut short.",
     ["verb", "resource", "action"],
 )
+IDENTITY_CONFLICTS = Counter(
+    "leasecron_identity_conflicts_total",
+    "Times this process found its member Lease written by another live process with the same "
+    "identity (each process needs its own identity: the default gives one).",
+    ["group"],
+)
 BUILD_INFO = Gauge(
     "leasecron_build_info",
     "Always 1; the version label is the leasecron version of this process.",

@@ -15,10 +15,12 @@ What it does not promise: that two replicas see the same member list at every in
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from leasecron._logs import get_logger
+from leasecron._metrics import IDENTITY_CONFLICTS
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, OutcomeUnknown
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import Clock
@@ -26,6 +28,7 @@ from leasecron.models.decisions import Observation, grant_live
 from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
 from leasecron.models.names import (
     ANNOTATION_HANDLERS,
+    ANNOTATION_INCARNATION,
     LABEL_GROUP,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
@@ -36,6 +39,8 @@ from leasecron.models.names import (
 _log = get_logger("leasecron.coordination.members")
 ROLE_MEMBER = "member"
 _WRITES = 3
+_REPORT_EVERY = 60
+"""An identity conflict is logged the first time and then every this many times."""
 
 
 def member_selector(group: str) -> str:
@@ -49,13 +54,25 @@ def member_body(
     group: str,
     handlers: Sequence[str],
     base: dict[str, Any] | None = None,
+    incarnation: str = "",
 ) -> dict[str, Any]:
-    """The member Lease for `record`, labelled and annotated with the handler names."""
+    """The member Lease for `record`, labelled and annotated with the handler names and the
+    writing process's incarnation."""
     labels = {LABEL_GROUP: group, LABEL_ROLE: ROLE_MEMBER, LABEL_MANAGED_BY: MANAGED_BY}
     body = lease_body(record, base=base, labels=labels)
     annotations = body["metadata"].setdefault("annotations", {})
     annotations[ANNOTATION_HANDLERS] = json.dumps(sorted(handlers), separators=(",", ":"))
+    if incarnation:
+        annotations[ANNOTATION_INCARNATION] = incarnation
     return body
+
+
+def incarnation_of(obj: dict[str, Any] | None) -> str:
+    """The incarnation annotation of a member Lease ("" when there is none)."""
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    value = annotations.get(ANNOTATION_INCARNATION) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 def live_members(
@@ -104,6 +121,10 @@ class MemberLease:
         self._clock = clock
         self._duration_s = duration_s
         self._current: dict[str, Any] | None = None
+        self.incarnation = secrets.token_hex(8)
+        """Random per process: tells this process's writes from another's with its identity."""
+        self.conflicts = 0
+        """Renewals that found the Lease written by another live process with our identity."""
 
     @property
     def written(self) -> bool:
@@ -132,16 +153,44 @@ class MemberLease:
                 group=self.group,
                 handlers=self._handlers(),
                 base=self._current,
+                incarnation=self.incarnation,
             )
+            renewing = self._current is not None
             try:
                 if self._current is None:
                     self._current = await self._leases.create(namespace=self.namespace, body=body)
                 else:
                     self._current = await self._leases.replace(namespace=self.namespace, body=body)
                 return
-            except (Conflict, NotFound, AlreadyExists, OutcomeUnknown):
+            except Conflict:
+                self._current = await self._leases.get(namespace=self.namespace, name=self.name)
+                if renewing:
+                    self._check_identity(self._current)
+            except (NotFound, AlreadyExists, OutcomeUnknown):
                 self._current = await self._leases.get(namespace=self.namespace, name=self.name)
         raise Conflict(f"member Lease {self.name} kept changing under us", reason="Conflict")
+
+    def _check_identity(self, current: dict[str, Any] | None) -> None:
+        """Our renewal met a version we did not write: another process that runs with our
+        identity wrote it (a process of ours that restarted stops writing once it is gone, so
+        only a live one makes a renewal conflict). Every grant in this identity then looks
+        like its own to both, so both may run one tick: say so, loudly."""
+        other = incarnation_of(current)
+        if current is None or not other or other == self.incarnation:
+            return
+        self.conflicts += 1
+        IDENTITY_CONFLICTS.labels(group=self.group).inc()
+        if self.conflicts % _REPORT_EVERY != 1:
+            return
+        _log.error(
+            "another live process uses this replica's identity; each process needs its own "
+            "(leave identity unset for a unique one)",
+            identity=self.identity,
+            group=self.group,
+            namespace=self.namespace,
+            lease=self.name,
+            times=self.conflicts,
+        )
 
     async def delete(self) -> None:
         """Remove the Lease (best effort: it expires anyway)."""

@@ -46,8 +46,11 @@ class Scheduler:
     `namespace` defaults to $POD_NAMESPACE, else the kubeconfig context's namespace, else
     "default". `kube` defaults to a client built from the environment (in-cluster or
     kubeconfig), closed when the scheduler stops. `identity` (the Lease holder) defaults to
-    the pod or host name plus a random suffix. `grace_period` bounds how long running
-    handlers get to finish at stop; keep it below the pod's terminationGracePeriodSeconds.
+    the pod or host name plus a random suffix; one you pass must be unique per process (two
+    live processes with one identity take each other's grants for their own: a replica that
+    sees it logs an error and counts `leasecron_identity_conflicts_total`). `grace_period`
+    bounds how long running handlers get to finish at stop; keep it below the pod's
+    terminationGracePeriodSeconds.
     `shards` is the number of shard Leases through which the group's short once-per-tick jobs
     are claimed (one conditional write per shard and instant instead of one per job;
     docs/claims.md); every replica of a group should use the same count; 0 claims every job
