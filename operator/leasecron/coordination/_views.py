@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from leasecron._logs import get_logger
-from leasecron.kube.watches import WatchEvent
+from leasecron.kube.watches import WatchEvent, wait_until
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.decisions import Observation
 from leasecron.models.leases import LeaseRecord, parse_lease
@@ -212,21 +212,10 @@ class LeaseView:
     ) -> bool:
         """Wait until `predicate()` holds, re-checked on every change of this Lease (and each
         kick); False when `timeout` seconds pass first."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not predicate():
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                return False
-            waiter: asyncio.Future[None] = loop.create_future()
-            waiters = self._waiters.setdefault((namespace, name), [])
-            waiters.append(waiter)
-            try:
-                await asyncio.wait([waiter], timeout=remaining)
-            finally:
-                if waiter in waiters:
-                    waiters.remove(waiter)
-        return True
+        key = (namespace, name)
+        return await wait_until(
+            predicate, lambda: self._waiters.setdefault(key, []), timeout=timeout
+        )
 
     def _on_event(self, event: WatchEvent) -> None:
         key = _key_of(event.obj)

@@ -225,6 +225,12 @@ class TickLock(LeaseParty):
             self.namespace, self.name, lambda: self._taken(tick), timeout=stagger
         ):
             return self._skip("taken", tick, waited=stagger)
+        return await self._claim_now(tick, starting_deadline=starting_deadline, above=above)
+
+    async def _claim_now(
+        self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int
+    ) -> Grant | Skipped:
+        """The claim itself, after the stagger: decide on what the view shows, then write."""
         if isinstance(starting_deadline, int | float):
             starting_deadline = timedelta(seconds=starting_deadline)
         seen = self.lease.observe()

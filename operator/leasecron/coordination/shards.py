@@ -112,22 +112,12 @@ class ShardLock(TickLock):
         self._released.pop(token, None)
         super()._forget(token)
 
-    async def try_claim(
-        self,
-        tick: datetime,
-        *,
-        stagger: float = 0.0,
-        starting_deadline: float | timedelta | None = None,
-        above: int = 0,
+    async def _claim_now(
+        self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int
     ) -> Grant | Skipped:
-        """Claim instant `tick` of the shard (see TickLock.try_claim); never while a release
-        of this shard by this replica is in flight."""
-        if stagger > 0 and await self.lease.view.wait_for(
-            self.namespace, self.name, lambda: self._taken(tick), timeout=stagger
-        ):
-            return self._skip("taken", tick, waited=stagger)
+        """Never while a release of this shard by this replica is in flight."""
         async with self._mutex:
-            return await super().try_claim(tick, starting_deadline=starting_deadline, above=above)
+            return await super()._claim_now(tick, starting_deadline=starting_deadline, above=above)
 
     def holding(self) -> bool:
         """Whether the Lease shows a live grant of ours: then only this replica can claim the

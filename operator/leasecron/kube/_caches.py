@@ -21,6 +21,31 @@ from leasecron.models.clocks import Clock
 _log = get_logger("leasecron.kube.watches")
 
 
+async def wait_until(
+    predicate: Callable[[], bool],
+    waiters: Callable[[], list[asyncio.Future[None]]],
+    *,
+    timeout: float | None,  # noqa: ASYNC109
+) -> bool:
+    """Wait until `predicate()` holds, re-checked each time a future of the list `waiters()`
+    returns (the one current then) is resolved; False when `timeout` seconds pass first."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while not predicate():
+        remaining = None if deadline is None else deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            return False
+        waiter: asyncio.Future[None] = loop.create_future()
+        pending = waiters()
+        pending.append(waiter)
+        try:
+            await asyncio.wait([waiter], timeout=remaining)
+        finally:
+            if waiter in pending:
+                pending.remove(waiter)
+    return True
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     """One change seen by an Informer. `type` is ADDED, MODIFIED, DELETED, or SYNCED (the
@@ -67,20 +92,7 @@ class ObjectCache:
     async def wait_for(self, predicate: Callable[[], bool], *, timeout: float | None) -> bool:  # noqa: ASYNC109
         """Wait until `predicate()` is true, re-checking after every event and health change;
         False when `timeout` seconds pass first."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not predicate():
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                return False
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                await asyncio.wait([waiter], timeout=remaining)
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-        return True
+        return await wait_until(predicate, lambda: self._waiters, timeout=timeout)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         key = object_key(obj)

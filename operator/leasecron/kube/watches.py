@@ -32,13 +32,13 @@ from typing import Any
 from leasecron._logs import get_logger
 from leasecron.kube import _diffs
 from leasecron.kube import _freshness as fresh
-from leasecron.kube._caches import ObjectCache, WatchEvent
+from leasecron.kube._caches import ObjectCache, WatchEvent, wait_until
 from leasecron.kube._diffs import resource_version
 from leasecron.kube.clients import Kube, WatchStream
 from leasecron.kube.errors import Gone, KubeError
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 
-__all__ = ["Informer", "WatchEvent", "backoff_delays"]
+__all__ = ["Informer", "WatchEvent", "backoff_delays", "wait_until"]
 
 _log = get_logger("leasecron.kube.watches")
 _PAGE_SIZE = 500
