@@ -47,7 +47,7 @@ from leasecron.models.names import (
     leader_lease_name,
 )
 from leasecron.models.schedules import Schedule, ScheduleError
-from leasecron.models.shards import gate_of_group, lease_annotations, parse_gate
+from leasecron.models.shards import gate_on
 
 HEADERS = ("NAME", "BUCKET", "HOLDER", "LAST RUN", "OUTCOME", "NEXT", "READY", "REPLICAS")
 WIDE = ("SCHEDULE", "GROUP", "TOKEN", "MISSED")
@@ -138,7 +138,7 @@ class Cluster:
             return grant
         group = str(spec.get("group") or "default")
         raw = self.lease_object(namespace, grant)
-        gate = gate_of_group(parse_gate(lease_annotations(raw)), group)
+        gate = gate_on(raw, group=group)
         return gate.lease if gate is not None else grant
 
     def operator_running(self, now: datetime) -> bool:

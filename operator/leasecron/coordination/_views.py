@@ -223,6 +223,8 @@ class LeaseView:
             return
         if event.type == "DELETED":
             self._local.pop(key, None)
+            self._parsed.pop(key, None)
+            self._reported.pop(key, None)
             self._changed(key, None)
             return
         local = self._local.get(key)

@@ -31,7 +31,7 @@ from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.coordination._views import Seen
-from leasecron.coordination.resourcelocks import LeaseLock
+from leasecron.coordination.resourcelocks import LeaseLock, TokenFloor
 from leasecron.kube.errors import KubeError
 from leasecron.models.clocks import Clock
 from leasecron.models.decisions import grant_live
@@ -43,8 +43,8 @@ from leasecron.models.shards import (
     ShardGate,
     format_gate,
     format_released,
+    gate_on,
     lease_annotations,
-    parse_gate,
     parse_released,
 )
 
@@ -53,7 +53,6 @@ _log = get_logger("leasecron.coordination.handovers")
 GateFor = Callable[[LeaseRecord | None, int], ShardGate]
 """Builds the gate to write from the job Lease's record (None: there is no Lease yet) and
 the job's current token."""
-TokenFloor = Callable[[], Awaitable[int]]
 
 
 async def _seen(lock: LeaseLock, request_timeout: float | None) -> Seen | None:
@@ -99,7 +98,7 @@ async def hand_to_shard(
     try:
         seen = await _seen(job_lock, request_timeout)
         if seen is not None:
-            gate = parse_gate(lease_annotations(seen.obj))
+            gate = gate_on(seen.obj)
             if gate is not None and valid(gate):
                 return gate
             if _live(seen, clock=clock, fallback_s=fallback_s):
@@ -126,7 +125,7 @@ async def hand_to_shard(
         _log.debug("hand-over to a shard not written now", lease=job_lock.name, error=repr(e))
         return None
     job_lock.view.note(obj)
-    written = parse_gate(lease_annotations(obj))
+    written = gate_on(obj)
     _log.info(
         "job handed over to a shard",
         lease=job_lock.name,
@@ -153,7 +152,7 @@ async def release_from_shard(
     shard claim ran the job under it, so only the gate is removed."""
     try:
         seen = await _seen(job_lock, request_timeout)
-        gate = parse_gate(lease_annotations(seen.obj)) if seen is not None else None
+        gate = gate_on(seen.obj) if seen is not None else None
         if seen is None or gate is None:
             return True
         shard_lock = shard_lock_for(gate)

@@ -52,7 +52,7 @@ from leasecron.models.decisions import (
 )
 from leasecron.models.leases import LeaseRecord, parse_lease
 from leasecron.models.names import format_tick
-from leasecron.models.shards import ShardGate, lease_annotations, parse_gate
+from leasecron.models.shards import ShardGate, gate_on
 
 SKIP_CONFLICT = "conflict"
 SKIP_EXISTS = "exists"
@@ -168,7 +168,7 @@ class TickLock(LeaseParty):
     def gate(self) -> ShardGate | None:
         """The hand-over to a shard Lease the Lease shows (`coordination.handovers`)."""
         seen = self.lease.observe()
-        return parse_gate(lease_annotations(seen.obj)) if seen is not None else None
+        return gate_on(seen.obj) if seen is not None else None
 
     def _sharded(self, tick: datetime) -> bool:
         """Whether the Lease hands `tick` to a shard Lease: then it is not claimed here."""

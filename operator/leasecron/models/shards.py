@@ -179,6 +179,13 @@ def gate_of_group(gate: ShardGate | None, group: str) -> ShardGate | None:
     return gate if gate.ref.lease == expected else None
 
 
+def gate_on(obj: object, *, group: str | None = None) -> ShardGate | None:
+    """The gate a raw job Lease carries (None: none, or it does not parse); with `group`,
+    only one that names a shard Lease of that group."""
+    gate = parse_gate(lease_annotations(obj))
+    return gate if group is None else gate_of_group(gate, group)
+
+
 def format_gate(gate: ShardGate) -> str:
     return json.dumps(
         {

@@ -34,7 +34,7 @@ from leasecron.models.names import (
     VERSION,
     job_lease_name,
 )
-from leasecron.models.shards import gate_of_group, lease_annotations, parse_gate
+from leasecron.models.shards import gate_on
 from leasecron.models.specs import job_label_value
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import (
@@ -218,7 +218,7 @@ class World:
         if informer is None or facts.job_lease is None:
             return None
         raw = informer.get(namespace, facts.job_lease)
-        gate = gate_of_group(parse_gate(lease_annotations(raw)), facts.group)
+        gate = gate_on(raw, group=facts.group)
         return gate.lease if gate is not None else None
 
     def run_object(self, namespace: str, name: str) -> dict[str, Any] | None:

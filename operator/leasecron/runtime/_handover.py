@@ -31,8 +31,8 @@ from leasecron.models.shards import (
     ShardGate,
     ShardRef,
     gate_of_group,
+    gate_on,
     lease_annotations,
-    parse_gate,
     shard_lease_name,
     shard_of,
 )
@@ -162,7 +162,7 @@ class Handovers:
         cached = self._parsed.get(name)
         if cached is not None and cached[0] == version and version is not None:
             return cached[1]
-        written = parse_gate(lease_annotations(seen.obj))
+        written = gate_on(seen.obj)
         gate = gate_of_group(written, self._services.group)
         if written is not None and gate is None:
             _log.warning(
