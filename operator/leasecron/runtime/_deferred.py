@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from leasecron._logs import get_logger
-from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
+from leasecron.kube.errors import AlreadyExists, KubeError
 from leasecron.models.specs import JobRun, Outcome, ScheduledJob
 
 if TYPE_CHECKING:
@@ -181,7 +181,4 @@ class DeferredRecords:
             )
             entry.created = entry.done = True
             return
-        except OutcomeUnknown:
-            if not await recorder.landed(entry.run):
-                raise
         entry.created = True

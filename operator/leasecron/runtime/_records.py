@@ -105,23 +105,31 @@ class Recorder:
             fencing_token=token,
             namespace=self.namespace,
         )
-        try:
-            await self.create_running(run, job.uid)
-        except (OutcomeUnknown, TimeoutError) as e:
-            if not await self.landed(run):
-                raise
-            _log.info("JobRun create reply lost; it landed", jobrun=run.name, error=repr(e))
+        await self.create_running(run, job.uid)
         return run
 
     async def create_running(self, run: JobRun, job_uid: str | None) -> None:
         """Create `run` (Running); a `Missed` record of its tick is taken over; any other
-        record of the tick raises AlreadyExists."""
-        body = run.to_resource(job_uid=job_uid)
+        record of the tick raises AlreadyExists. A create whose reply was lost, or one that
+        landed at an earlier attempt, counts as done when the record is ours."""
+        await self._create(run, run.to_resource(job_uid=job_uid))
+
+    async def _create(self, run: JobRun, body: dict[str, Any]) -> bool:
+        """Create `body` (the record of `run`): True when it is written (or a Missed record
+        taken over), False when our own record of an earlier attempt is there already;
+        AlreadyExists for another run's record, KubeError/TimeoutError when unknown."""
         try:
             await self._jobruns.create(namespace=self.namespace, body=body)
         except AlreadyExists:
+            if await self.landed(run):
+                return False
             if not await self._take_over_missed(run, body):
                 raise
+        except (OutcomeUnknown, TimeoutError) as e:
+            if not await self.landed(run):
+                raise
+            _log.info("JobRun create reply lost; it landed", jobrun=run.name, error=repr(e))
+        return True
 
     async def landed(self, run: JobRun) -> bool:
         """Whether our create of `run`, whose reply was lost, is in the store (a GET)."""
@@ -184,10 +192,14 @@ class Recorder:
         return run
 
     async def patch_final(self, finished: JobRun) -> None:
-        """Patch a finished run's status (raises KubeError: the caller retries)."""
-        await self._jobruns.patch_status(
-            namespace=self.namespace, name=finished.name, patch=finished.status_patch()
-        )
+        """Patch a finished run's status (raises KubeError: the caller retries); a record
+        that is gone (its job was deleted) is left gone."""
+        try:
+            await self._jobruns.patch_status(
+                namespace=self.namespace, name=finished.name, patch=finished.status_patch()
+            )
+        except NotFound:
+            _log.debug("JobRun gone before its outcome was written", jobrun=finished.name)
 
     def update_backlog(self) -> None:
         """Set the backlog gauge: records not written yet."""
@@ -197,11 +209,7 @@ class Recorder:
         """Patch the run's final status; logged, not raised, when it cannot be written."""
         finished = run.finish(outcome=outcome, end=self._clock.now(), message=message)
         try:
-            await self._jobruns.patch_status(
-                namespace=self.namespace, name=run.name, patch=finished.status_patch()
-            )
-        except NotFound:
-            _log.debug("JobRun gone before its outcome was written", jobrun=run.name)
+            await self.patch_final(finished)
         except KubeError as e:
             _log.warning(
                 "JobRun outcome not written", jobrun=run.name, outcome=outcome, error=repr(e)
@@ -271,14 +279,12 @@ class Recorder:
     async def write_final(self, run: JobRun, job_uid: str | None) -> None:
         """Create the finished `run`, or take over a `Missed` record of its tick (raises
         KubeError: the caller retries)."""
-        body = run.to_resource(job_uid=job_uid)
         try:
-            await self._jobruns.create(namespace=self.namespace, body=body)
+            if not await self._create(run, run.to_resource(job_uid=job_uid)):
+                # Our own Running record of an earlier attempt: it gets the outcome.
+                await self.patch_final(run)
         except AlreadyExists:
-            await self._take_over_missed(run, body)  # another run on record stays the record
-        except (OutcomeUnknown, TimeoutError):
-            if not await self.landed(run):
-                raise
+            pass  # another run on record stays the record
 
     def count(
         self,

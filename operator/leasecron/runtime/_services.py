@@ -57,10 +57,10 @@ class Tuning:
     claim_retry: float = 0.25
     """First pause between claim attempts while the store cannot be reached (doubling)."""
     unguarded_record_timeout: float = 2.0
+    """Seconds an unguarded run waits for its JobRun create before running without it."""
     shard_lease_s: int = 10
     """leaseDurationSeconds of a shard grant: renewed every third of it while runs under the
     shard go; a replica that dies or stops loses its shards after this long."""
-    """Seconds an unguarded run waits for its JobRun create before running without it."""
 
 
 MISSED_LATE = "no replica started this tick before its startingDeadline"

@@ -31,6 +31,8 @@ class CountingJobRuns(FakeJobRuns):
         super().__init__()
         self.writes: list[str] = []
         self.failures = 0
+        self.stored = asyncio.Event()
+        """Set once a record is in the store."""
 
     def _write(self, what: str) -> None:
         if self.failures:
@@ -40,7 +42,9 @@ class CountingJobRuns(FakeJobRuns):
 
     async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         self._write(f"create {body['status']['outcome']}")
-        return await super().create(namespace=namespace, body=body)
+        created = await super().create(namespace=namespace, body=body)
+        self.stored.set()
+        return created
 
     async def patch_status(
         self, *, namespace: str, name: str, patch: dict[str, Any]
@@ -76,7 +80,7 @@ def test_a_run_still_going_is_recorded_running_then_patched_when_it_ends() -> No
         rec = recorder(store)
         run = rec.deferred.start(JOB, tick=TICK, holder="a", token=7, now=TICK)
         assert run is not None
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(store.stored.wait(), 5)
         assert store.writes == ["create Running"] and rec.backlog == 1
         later = TICK + timedelta(seconds=1)
         rec.deferred.finish(run, outcome=Outcome.FAILED, message="boom", now=later)
@@ -144,3 +148,52 @@ def test_a_full_queue_sends_the_record_back_to_the_start_path() -> None:
         return [q is not None for q in queued]
 
     assert asyncio.run(scenario()) == [True, True, False]
+
+
+class LandingThenTimingOut(CountingJobRuns):
+    """The first create lands, but its caller only sees a timeout (no reply in time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts = 1
+
+    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        created = await super().create(namespace=namespace, body=body)
+        if self.timeouts:
+            self.timeouts -= 1
+            raise TimeoutError("no reply in time")
+        return created
+
+
+def test_a_record_whose_create_timed_out_but_landed_still_gets_its_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_deferred, "_RETRY_FIRST", 0.001)
+    store = LandingThenTimingOut()
+
+    async def scenario() -> None:
+        rec = recorder(store)
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=7, now=TICK)
+        assert run is not None
+        await asyncio.wait_for(store.stored.wait(), 5)  # landed; its caller saw a timeout
+        rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)
+        assert await rec.flush(timeout=5)
+
+    asyncio.run(scenario())
+    [record] = store.items.values()
+    assert record["status"]["outcome"] == "Succeeded", store.writes
+
+
+def test_a_record_whose_job_was_deleted_meanwhile_is_not_retried_forever() -> None:
+    store = CountingJobRuns()
+
+    async def scenario() -> bool:
+        rec = recorder(store)
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=7, now=TICK)
+        assert run is not None
+        await asyncio.wait_for(store.stored.wait(), 5)  # the Running record went out
+        store.items.clear()  # the ScheduledJob was deleted, its JobRuns with it
+        rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)
+        return await rec.flush(timeout=3) and rec.backlog == 0
+
+    assert asyncio.run(scenario())

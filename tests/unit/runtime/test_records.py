@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from leasecron.kube.errors import AlreadyExists, Conflict, OutcomeUnknown, Unavailable
+from leasecron.kube.errors import AlreadyExists, Conflict, NotFound, OutcomeUnknown, Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import FakeClock
 from leasecron.models.specs import JobRun, Outcome, validate_resource
@@ -94,7 +94,9 @@ class FakeJobRuns:
     async def patch_status(
         self, *, namespace: str, name: str, patch: dict[str, Any]
     ) -> dict[str, Any]:
-        current = self.items[name]
+        current = self.items.get(name)
+        if current is None:
+            raise NotFound(f"{name} not found", reason="NotFound")
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
             raise Conflict("stale", reason="Conflict")
