@@ -11,6 +11,7 @@ import asyncio
 from datetime import timedelta
 
 from leasecron.coordination import Grant
+from leasecron.coordination.floors import highest_token
 from leasecron.coordination.grants import Fence
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
@@ -57,29 +58,29 @@ class RunFence(Fence):
 
 class ShardFloors:
     """Token floors of the shard Leases (read only when a shard Lease is to be created): the
-    highest fencing token on record for any job of the shard, from one list of the
-    namespace's JobRuns shared by all shards for a few seconds."""
+    highest fencing token on record for any job of the shard (`coordination.floors.
+    highest_token` over its JobRuns), from one list of the namespace's JobRuns shared by all
+    shards for a few seconds."""
 
     def __init__(self, services: Services, *, ttl: float = 5.0) -> None:
         self._services, self._ttl = services, ttl
-        self._read: tuple[float, list[tuple[str, int]]] | None = None
+        self._read: tuple[float, dict[str, int]] | None = None
+        """When the JobRuns were listed, and each job's highest token in them."""
         self._guard = asyncio.Lock()
 
     async def floor(self, ref: ShardRef) -> int:
         async with self._guard:
-            now = self._services.clock.monotonic()
+            services = self._services
+            now = services.clock.monotonic()
             if self._read is None or now - self._read[0] > self._ttl:
-                runs = await JobRunStore(self._services.kube).list(
-                    namespace=self._services.namespace
-                )
-                tokens: list[tuple[str, int]] = []
-                for run in runs:
-                    spec = run.get("spec") or {}
-                    token, job = spec.get("fencingToken"), spec.get("job")
-                    if isinstance(token, int) and isinstance(job, str):
-                        tokens.append((job, token))
+                tokens: dict[str, int] = {}
+                for run in await JobRunStore(services.kube).list(namespace=services.namespace):
+                    job = (run.get("spec") or {}).get("job")
+                    if isinstance(job, str):
+                        tokens[job] = max(tokens.get(job, 0), highest_token(job=job, runs=[run]))
                 self._read = (now, tokens)
-            return max(
-                (t for job, t in self._read[1] if shard_of(job, shards=ref.shards) == ref.shard),
-                default=0,
-            )
+            tokens = self._read[1]
+        return max(
+            (t for job, t in tokens.items() if shard_of(job, shards=ref.shards) == ref.shard),
+            default=0,
+        )
