@@ -145,7 +145,8 @@ def test_a_sharded_job_shows_the_holder_of_its_shard_lease_while_it_runs(
     start_operator: StartOperator,
     start_replica: StartReplica,
 ) -> None:
-    """A short job is claimed through a shard Lease (its own Lease is never held): HOLDER is
+    """A short job is claimed through a shard Lease (its own Lease is not held while the shard
+    holder runs it): HOLDER is
     the holder of the shard Lease its own Lease names."""
     apply_job(
         kube_api,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +35,7 @@ from leasecron.models.shards import (
 )
 from leasecron.models.specs import job_label_value
 from leasecron.runtime import Tuning
+from leasecron.testing import poll
 from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
 pytestmark = pytest.mark.integration
@@ -61,15 +61,6 @@ def _set_lock(api: Any, namespace: str, name: str, lock: dict[str, Any]) -> None
 def _gate(api: Any, namespace: str, job: str) -> Any:
     lease = client.CoordinationV1Api(api).read_namespaced_lease(job_lease_name(job), namespace)
     return parse_gate(lease_annotations({"metadata": {"annotations": lease.metadata.annotations}}))
-
-
-def _wait(predicate: Any, *, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _replicas(
@@ -120,12 +111,12 @@ def test_a_replica_claiming_per_job_and_one_claiming_through_shards_never_run_a_
     _create(kube_api, namespace, "both-ways", SHORT)
     sharded.start()
     try:
-        _wait(lambda: len(captures[1].contexts) >= 3, timeout=30, what="shard runs")
+        assert captures[1].wait_calls(3, timeout=30), "shard runs"
         assert _gate(kube_api, namespace, "both-ways") is not None
         per_job.start()
-        _wait(lambda: len(captures[0].contexts) >= 4, timeout=30, what="per-job runs")
+        assert captures[0].wait_calls(4, timeout=30), "per-job runs"
         ran_before = len(_runs(captures, "both-ways"))
-        _wait(
+        poll(
             lambda: len(_runs(captures, "both-ways")) >= ran_before + 5,
             timeout=30,
             what="runs after the job settled",
@@ -157,7 +148,7 @@ def test_replicas_with_different_shard_counts_run_each_tick_once(
     for scheduler in schedulers:
         scheduler.start()
     try:
-        _wait(
+        poll(
             lambda: all(len(_runs(captures, n)) >= 8 for n in names),
             timeout=60,
             what="8 runs of every job",
@@ -166,7 +157,10 @@ def test_replicas_with_different_shard_counts_run_each_tick_once(
         for scheduler in schedulers:
             scheduler.stop()
     gates = {name: _gate(kube_api, namespace, name) for name in names}
-    assert all(gate is not None for gate in gates.values()), gates
+    # Each job's Lease names the one shard Lease of the group (of either count) that claims it.
+    for gate in gates.values():
+        assert gate is not None and gate.ref.shards in (2, 3), gates
+        assert gate.lease == shard_lease_name("default", gate.ref.shard, shards=gate.ref.shards)
     for name in names:
         contexts = _runs(captures, name)
         _assert_once_with_growing_tokens(contexts)
@@ -194,14 +188,14 @@ def test_a_job_moved_between_its_own_lease_and_a_shard_keeps_a_growing_token(
 
     def more_runs(count: int) -> None:
         ran = len(_runs(captures, "mover"))
-        _wait(lambda: len(_runs(captures, "mover")) >= ran + count, timeout=30, what="runs")
+        poll(lambda: len(_runs(captures, "mover")) >= ran + count, timeout=30, what="runs")
 
     for scheduler in schedulers:
         scheduler.start()
     try:
         more_runs(4)
         _set_lock(kube_api, namespace, "mover", SHORT)
-        _wait(lambda: _gate(kube_api, namespace, "mover") is not None, timeout=15, what="gate")
+        poll(lambda: _gate(kube_api, namespace, "mover") is not None, timeout=15, what="gate")
         more_runs(4)
         shard_tokens = [
             lease.spec.lease_transitions or 0
@@ -210,7 +204,7 @@ def test_a_job_moved_between_its_own_lease_and_a_shard_keeps_a_growing_token(
             ).items
         ]
         _set_lock(kube_api, namespace, "mover", LONG)
-        _wait(lambda: _gate(kube_api, namespace, "mover") is None, timeout=15, what="no gate")
+        poll(lambda: _gate(kube_api, namespace, "mover") is None, timeout=15, what="no gate")
         more_runs(4)
     finally:
         for scheduler in schedulers:
@@ -232,12 +226,12 @@ def test_a_sharded_job_whose_lease_is_deleted_is_handed_over_again_and_keeps_run
     for scheduler in schedulers:
         scheduler.start()
     try:
-        _wait(lambda: len(_runs(captures, "phoenix")) >= 3, timeout=30, what="runs")
+        poll(lambda: len(_runs(captures, "phoenix")) >= 3, timeout=30, what="runs")
         client.CoordinationV1Api(kube_api).delete_namespaced_lease(
             job_lease_name("phoenix"), namespace
         )
         deleted = len(_runs(captures, "phoenix"))
-        _wait(
+        poll(
             lambda: len(_runs(captures, "phoenix")) >= deleted + 5,
             timeout=30,
             what="runs after the job's Lease was deleted",
@@ -280,7 +274,7 @@ def test_a_corrupt_gate_stops_no_job_and_is_never_followed_to_another_lease(
     for scheduler in schedulers:
         scheduler.start()
     try:
-        _wait(
+        poll(
             lambda: all(len(_runs(captures, n)) >= 4 for n in jobs),
             timeout=40,
             what="runs of every job",
@@ -291,7 +285,7 @@ def test_a_corrupt_gate_stops_no_job_and_is_never_followed_to_another_lease(
             job_lease_name("garbled"), namespace, {"metadata": {"annotations": garbled}}
         )
         ran = len(_runs(captures, "garbled"))
-        _wait(
+        poll(
             lambda: len(_runs(captures, "garbled")) >= ran + 4,
             timeout=30,
             what="runs after the gate was garbled",

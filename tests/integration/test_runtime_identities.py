@@ -5,13 +5,15 @@ default identity is unique per process and never conflicts."""
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 import pytest
+from kubernetes import client
 from prometheus_client import REGISTRY
 
 from leasecron import Scheduler
 from leasecron.kube.clients import Kube
+from leasecron.models.names import member_lease_name
 from leasecron.runtime import Tuning
 from leasecron.testing import poll
 
@@ -45,10 +47,23 @@ def test_two_live_processes_with_one_identity_are_reported(kube: Kube, namespace
             scheduler.stop()
 
 
-def test_replicas_with_default_identities_never_conflict(kube: Kube, namespace: str) -> None:
+def test_replicas_with_default_identities_never_conflict(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
     schedulers = _schedulers(kube, namespace, "distinct", None)
+    leases = client.CoordinationV1Api(kube_api)
+
+    def renewed_for(identity: str) -> float:
+        lease = leases.read_namespaced_lease(member_lease_name("distinct", identity), namespace)
+        return (lease.spec.renew_time - lease.spec.acquire_time).total_seconds()
+
     try:
-        time.sleep(3)  # six renewals each (every 0.5 s): none may meet the other's write
+        # Each renews every 0.5 s: six renewals each, none of which may meet the other's write.
+        poll(
+            lambda: all(renewed_for(s.identity) >= 3 for s in schedulers),
+            timeout=20,
+            what="3 s of renewals of both member Leases",
+        )
     finally:
         for scheduler in schedulers:
             scheduler.stop()

@@ -13,7 +13,7 @@ from kubernetes import client
 from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
 from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
-from leasecron.models.shards import shard_lease_name
+from leasecron.models.shards import shard_lease_name, shard_of
 from leasecron.runtime import Tuning
 from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
 
@@ -65,6 +65,16 @@ def test_two_replicas_run_every_tick_of_sharded_jobs_once_with_growing_tokens(
     contexts: list[JobContext] = [ctx for c in captures for ctx in c.contexts]
     per_tick = Counter((ctx.job, ctx.tick) for ctx in contexts)
     assert per_tick and max(per_tick.values()) == 1, "a tick ran twice"
+    # One claim per shard and instant: every job of a shard that ran at an instant ran under
+    # the same token.
+    instants: dict[tuple[int, Any], set[int | None]] = {}
+    for ctx in contexts:
+        instants.setdefault((shard_of(ctx.job, shards=3), ctx.tick), set()).add(ctx.token)
+    assert all(len(tokens) == 1 for tokens in instants.values()), instants
+    assert any(
+        len({c.job for c in contexts if (shard_of(c.job, shards=3), c.tick) == k}) > 1
+        for k in instants
+    ), "no shard ran two jobs at one instant"
     for name in names:
         mine = sorted((ctx.tick, ctx.token) for ctx in contexts if ctx.job == name)
         tokens = [token for _, token in mine]
