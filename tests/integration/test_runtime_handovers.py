@@ -17,6 +17,7 @@ from kubernetes import client
 from leasecron import JobContext, Scheduler
 from leasecron.coordination.resourcelocks import ROLE_JOB, ROLE_SHARD, default_labels
 from leasecron.kube.clients import Kube
+from leasecron.models.leases import lease_annotations
 from leasecron.models.names import (
     ANNOTATION_TICK,
     GROUP,
@@ -29,7 +30,6 @@ from leasecron.models.names import (
 )
 from leasecron.models.shards import (
     ANNOTATION_SHARDED,
-    lease_annotations,
     parse_gate,
     shard_lease_name,
 )

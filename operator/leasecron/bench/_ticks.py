@@ -33,6 +33,7 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import job_lease_name
+from leasecron.models.shards import DEFAULT_SHARDS
 
 PERIOD_S = 1.0
 STARTING_DEADLINE_S = 60.0  # the ScheduledJob default; a tick not started by then is missed
@@ -74,7 +75,7 @@ def measure_ticks(
     ticks: int,
     run_ms: float,
     claim_step: float,
-    shards: int = 16,
+    shards: int = DEFAULT_SHARDS,
 ) -> tuple[list[Message], list[Message]]:
     """Run the replicas through all ticks; their grant messages and their done messages."""
     if replicas < 1 or jobs < 1 or ticks < 1:
@@ -234,7 +235,7 @@ def run_ticks(
     ticks: int,
     run_ms: float = 200.0,
     claim_step: float = 0.1,
-    shards: int = 16,
+    shards: int = DEFAULT_SHARDS,
     through: str = "coordination",
     json_output: bool = False,
     kubeconfig: str | None = None,

@@ -15,6 +15,7 @@ import click
 from leasecron.bench import run_elections, run_ticks
 from leasecron.bench._drivers import DRIVERS
 from leasecron.bench._processes import BenchError
+from leasecron.models.shards import DEFAULT_SHARDS
 
 _json = click.option("--json", "json_output", is_flag=True, help="Print the figures as JSON last.")
 _through = click.option(
@@ -85,7 +86,7 @@ bench.add_command(
 )
 @click.option(
     "--shards",
-    default=16,
+    default=DEFAULT_SHARDS,
     show_default=True,
     help="--through runtime: shards per group (0: every job claims on its own Lease).",
 )

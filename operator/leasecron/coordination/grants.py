@@ -164,6 +164,15 @@ class Fence:
                 f"is gone ({self.lost_reason or 'lost'})"
             )
 
+    def deadline(self) -> float:
+        """When (local monotonic) the fence stops being held unless extended first."""
+        return self.expires_at
+
+    async def watch(self) -> None:
+        """Return once the fence is lost: taken, or past its deadline."""
+        while self.held:
+            await self.lost.wait_async(max(0.01, self.deadline() - self._clock.monotonic()))
+
     def extend(self, until: float) -> None:
         """A renewal succeeded: the fence now lasts until `until` (never shortened)."""
         self.expires_at = max(self.expires_at, until)

@@ -24,10 +24,8 @@ do not claim ticks (`locks.TickLock`, `shards.ShardLock`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.coordination._views import Seen
@@ -35,7 +33,13 @@ from leasecron.coordination.resourcelocks import LeaseLock, TokenFloor
 from leasecron.kube.errors import KubeError
 from leasecron.models.clocks import Clock
 from leasecron.models.decisions import grant_live
-from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
+from leasecron.models.leases import (
+    LeaseRecord,
+    lease_annotations,
+    lease_body,
+    parse_lease,
+    with_annotations,
+)
 from leasecron.models.names import ANNOTATION_TICK, format_tick
 from leasecron.models.shards import (
     ANNOTATION_RELEASED,
@@ -44,7 +48,6 @@ from leasecron.models.shards import (
     format_gate,
     format_released,
     gate_on,
-    lease_annotations,
     parse_released,
 )
 
@@ -65,20 +68,6 @@ async def _seen(lock: LeaseLock, request_timeout: float | None) -> Seen | None:
 
 def _live(seen: Seen, *, clock: Clock, fallback_s: float) -> bool:
     return grant_live(seen.observation, now_mono=clock.monotonic(), fallback_s=fallback_s)
-
-
-def _annotated(obj: dict[str, Any], changes: dict[str, str | None]) -> dict[str, Any]:
-    """A copy of `obj` with annotations set (or removed, for None)."""
-    body = copy.deepcopy(obj)
-    metadata = body.setdefault("metadata", {})
-    annotations = dict(metadata.get("annotations") or {})
-    for key, value in changes.items():
-        if value is None:
-            annotations.pop(key, None)
-        else:
-            annotations[key] = value
-    metadata["annotations"] = annotations
-    return body
 
 
 async def hand_to_shard(
@@ -104,7 +93,7 @@ async def hand_to_shard(
             if _live(seen, clock=clock, fallback_s=fallback_s):
                 return None
             gate = gate_for(seen.observation.record, seen.observation.record.transitions)
-            body = _annotated(seen.obj, {ANNOTATION_SHARDED: format_gate(gate)})
+            body = with_annotations(seen.obj, {ANNOTATION_SHARDED: format_gate(gate)})
             obj = await job_lock.store.replace(
                 namespace=job_lock.namespace, body=body, timeout=request_timeout
             )
@@ -117,7 +106,7 @@ async def hand_to_shard(
             body = lease_body(
                 record, labels=job_lock.labels, owner_reference=job_lock.owner_reference
             )
-            body = _annotated(body, {ANNOTATION_SHARDED: format_gate(gate)})
+            body = with_annotations(body, {ANNOTATION_SHARDED: format_gate(gate)})
             obj = await job_lock.store.create(
                 namespace=job_lock.namespace, body=body, timeout=request_timeout
             )
@@ -164,7 +153,7 @@ async def release_from_shard(
         if _live(seen, clock=clock, fallback_s=fallback_s):
             return False
         record = seen.observation.record
-        body = _annotated(seen.obj, {ANNOTATION_SHARDED: None})
+        body = with_annotations(seen.obj, {ANNOTATION_SHARDED: None})
         # At or after the gate's start, so that a later gate never starts where this one did
         # (the shard Lease keeps refusing that one).
         ticks = [t for t in (record.tick, shard.tick, gate.start) if t is not None]
@@ -202,7 +191,7 @@ async def _let_go(
         if released is not None and released.get(job) == gate.start:
             return seen.observation.record
         entries = {**(released or {}), job: gate.start}
-        body = _annotated(seen.obj, {ANNOTATION_RELEASED: format_released(entries)})
+        body = with_annotations(seen.obj, {ANNOTATION_RELEASED: format_released(entries)})
         obj = await shard_lock.store.replace(
             namespace=shard_lock.namespace, body=body, timeout=request_timeout
         )
@@ -215,7 +204,7 @@ async def _let_go(
             transitions=await shard_floor(gate),
         )
         body = lease_body(record, labels=shard_lock.labels)
-        body = _annotated(body, {ANNOTATION_RELEASED: format_released({job: gate.start})})
+        body = with_annotations(body, {ANNOTATION_RELEASED: format_released({job: gate.start})})
         obj = await shard_lock.store.create(
             namespace=shard_lock.namespace, body=body, timeout=request_timeout
         )

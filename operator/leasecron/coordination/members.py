@@ -25,7 +25,7 @@ from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, 
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import Clock
 from leasecron.models.decisions import Observation, grant_live
-from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
+from leasecron.models.leases import LeaseRecord, lease_annotations, lease_body, parse_lease
 from leasecron.models.names import (
     ANNOTATION_HANDLERS,
     ANNOTATION_INCARNATION,
@@ -69,9 +69,7 @@ def member_body(
 
 def incarnation_of(obj: dict[str, Any] | None) -> str:
     """The incarnation annotation of a member Lease ("" when there is none)."""
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    value = annotations.get(ANNOTATION_INCARNATION) if isinstance(annotations, dict) else None
+    value = lease_annotations(obj).get(ANNOTATION_INCARNATION)
     return value if isinstance(value, str) else ""
 
 
@@ -157,17 +155,15 @@ class MemberLease:
             )
             renewing = self._current is not None
             try:
-                if self._current is None:
-                    self._current = await self._leases.create(namespace=self.namespace, body=body)
-                else:
-                    self._current = await self._leases.replace(namespace=self.namespace, body=body)
-                return
-            except Conflict:
-                self._current = await self._leases.get(namespace=self.namespace, name=self.name)
                 if renewing:
-                    self._check_identity(self._current)
-            except (NotFound, AlreadyExists, OutcomeUnknown):
+                    self._current = await self._leases.replace(namespace=self.namespace, body=body)
+                else:
+                    self._current = await self._leases.create(namespace=self.namespace, body=body)
+                return
+            except (Conflict, NotFound, AlreadyExists, OutcomeUnknown) as e:
                 self._current = await self._leases.get(namespace=self.namespace, name=self.name)
+                if renewing and isinstance(e, Conflict):
+                    self._check_identity(self._current)
         raise Conflict(f"member Lease {self.name} kept changing under us", reason="Conflict")
 
     def _check_identity(self, current: dict[str, Any] | None) -> None:
@@ -176,7 +172,7 @@ class MemberLease:
         only a live one makes a renewal conflict). Every grant in this identity then looks
         like its own to both, so both may run one tick: say so, loudly."""
         other = incarnation_of(current)
-        if current is None or not other or other == self.incarnation:
+        if not other or other == self.incarnation:
             return
         self.conflicts += 1
         IDENTITY_CONFLICTS.labels(group=self.group).inc()

@@ -34,9 +34,9 @@ from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseStoreLike, Par
 from leasecron.kube.clients import Kube
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import expires_at, grant_live
-from leasecron.models.leases import LeaseRecord
+from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.names import LABEL_GROUP
-from leasecron.models.shards import LABEL_SHARD, lease_annotations, parse_released
+from leasecron.models.shards import LABEL_SHARD, parse_released
 
 DEFAULT_SHARD_LEASE_S = 10
 """leaseDurationSeconds of a shard grant: how long a dead holder blocks its shards."""

@@ -268,6 +268,13 @@ def whole_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds - 1e-9))
 
 
+def lease_annotations(obj: object) -> Mapping[str, object]:
+    """metadata.annotations of a raw object ({} when missing or not a mapping)."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
 def tick_marks(obj: object) -> dict[str, datetime]:
     """The per-job tick high-water marks on a group leader Lease (annotation
     `leasecron.dev/ticks`); entries that do not parse are left out, never raised."""
@@ -286,12 +293,21 @@ def tick_marks(obj: object) -> dict[str, datetime]:
     return marks
 
 
-def with_tick_marks(obj: Mapping[str, Any], marks: Mapping[str, datetime]) -> dict[str, Any]:
-    """A copy of the Lease `obj` whose tick high-water marks are `marks`."""
+def with_annotations(obj: Mapping[str, Any], changes: Mapping[str, str | None]) -> dict[str, Any]:
+    """A copy of the raw object `obj` with annotations set (or removed, for None)."""
     result = copy.deepcopy(dict(obj))
     metadata = result.setdefault("metadata", {})
     annotations = dict(_mapping(metadata.get("annotations")))
-    encoded = {job: format_tick(tick) for job, tick in sorted(marks.items())}
-    annotations[ANNOTATION_TICKS] = json.dumps(encoded, separators=(",", ":"))
+    for key, value in changes.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
     metadata["annotations"] = annotations
     return result
+
+
+def with_tick_marks(obj: Mapping[str, Any], marks: Mapping[str, datetime]) -> dict[str, Any]:
+    """A copy of the Lease `obj` whose tick high-water marks are `marks`."""
+    encoded = {job: format_tick(tick) for job, tick in sorted(marks.items())}
+    return with_annotations(obj, {ANNOTATION_TICKS: json.dumps(encoded, separators=(",", ":"))})

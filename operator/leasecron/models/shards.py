@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from leasecron.models._enums import Bucket, Coordination, StoreUnavailablePolicy
+from leasecron.models.leases import lease_annotations
 from leasecron.models.names import dns_name, format_tick, parse_tick
 from leasecron.models.schedules import Schedule
 
@@ -133,13 +134,6 @@ def _annotation(annotations: object, key: str) -> object:
         return json.loads(text)
     except ValueError:
         return None
-
-
-def lease_annotations(obj: object) -> Mapping[str, object]:
-    """metadata.annotations of a raw object ({} when missing or not a mapping)."""
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def parse_gate(annotations: Mapping[str, object]) -> ShardGate | None:

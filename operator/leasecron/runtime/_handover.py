@@ -24,7 +24,7 @@ from leasecron.coordination.handovers import gate_start, hand_to_shard, release_
 from leasecron.coordination.resourcelocks import ROLE_JOB, ROLE_SHARD, LeaseLock
 from leasecron.coordination.shards import shard_labels
 from leasecron.models.decisions import rendezvous_rank
-from leasecron.models.leases import LeaseRecord
+from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.names import LABEL_JOB, job_lease_name
 from leasecron.models.shards import (
     ANNOTATION_SHARDED,
@@ -32,7 +32,6 @@ from leasecron.models.shards import (
     ShardRef,
     gate_of_group,
     gate_on,
-    lease_annotations,
     shard_lease_name,
     shard_of,
 )

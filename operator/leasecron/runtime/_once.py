@@ -247,7 +247,4 @@ class _GrantGuard:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _watchdog(self) -> None:
-        grant = self._grant
-        while grant.held:
-            remaining = grant.expires_at - self._clock.monotonic()
-            await grant.lost.wait_async(max(0.01, remaining))
+        await self._grant.watch()

@@ -48,12 +48,9 @@ class RunFence(Fence):
     def close(self) -> None:
         self._unlink()
 
-    async def watch(self) -> None:
-        """Return once the fence is lost: taken, or past its own or the grant's deadline."""
-        clock = self._clock
-        while self.held:
-            remaining = min(self.expires_at, self.grant.expires_at) - clock.monotonic()
-            await self.lost.wait_async(max(0.01, remaining))
+    def deadline(self) -> float:
+        """Its own deadline or the grant's, whichever comes first."""
+        return min(self.expires_at, self.grant.expires_at)
 
 
 class ShardFloors:

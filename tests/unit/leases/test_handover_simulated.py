@@ -24,11 +24,10 @@ from leasecron.coordination.resourcelocks import LeaseLock
 from leasecron.coordination.shards import ShardLock, shard_config
 from leasecron.models.clocks import FakeClock
 from leasecron.models.configs import LockConfig
-from leasecron.models.leases import LeaseRecord
+from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.shards import (
     ShardGate,
     ShardRef,
-    lease_annotations,
     parse_gate,
     runs_under_shard,
     shard_lease_name,
