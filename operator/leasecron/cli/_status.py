@@ -13,7 +13,6 @@ live: it judges expiry by the Lease's renewTime on this machine's clock, as a pe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,13 +29,13 @@ from leasecron.cli._kubectl import (
     show,
     target_options,
 )
+from leasecron.coordination.members import advertised_handlers
 from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.objects import ObjectStore
 from leasecron.models.leases import LeaseRecord, parse_lease, parse_micro_time
 from leasecron.models.names import (
-    ANNOTATION_HANDLERS,
     GROUP,
     JOBRUN_PLURAL,
     LABEL_GROUP,
@@ -162,15 +161,6 @@ def _grant_lease(name: str, spec: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _handlers(obj: Mapping[str, Any]) -> list[str]:
-    raw = mapping(mapping(obj.get("metadata")).get("annotations")).get(ANNOTATION_HANDLERS)
-    try:
-        handlers = json.loads(raw) if isinstance(raw, str) else []
-    except ValueError:
-        return []
-    return [str(h) for h in handlers] if isinstance(handlers, list) else []
-
-
 def _covering_replicas(
     cluster: Cluster, *, namespace: str, name: str, spec: Mapping[str, Any], now: datetime
 ) -> int:
@@ -184,7 +174,7 @@ def _covering_replicas(
             continue
         if labels.get(LABEL_GROUP) != group or not live_holder(parse_lease(obj), now):
             continue
-        if handler in _handlers(obj):
+        if handler in advertised_handlers(obj):
             count += 1
     return count
 

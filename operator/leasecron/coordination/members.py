@@ -67,6 +67,20 @@ def member_body(
     return body
 
 
+def advertised_handlers(obj: object) -> frozenset[str]:
+    """The handler names a raw member Lease advertises; empty when absent or unreadable."""
+    raw = lease_annotations(obj).get(ANNOTATION_HANDLERS)
+    if not isinstance(raw, str):
+        return frozenset()
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        return frozenset()
+    if not isinstance(names, list):
+        return frozenset()
+    return frozenset(name for name in names if isinstance(name, str))
+
+
 def incarnation_of(obj: dict[str, Any] | None) -> str:
     """The incarnation annotation of a member Lease ("" when there is none)."""
     value = lease_annotations(obj).get(ANNOTATION_INCARNATION)

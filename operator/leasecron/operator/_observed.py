@@ -12,15 +12,15 @@ It does not read from the API server: `_reconciler` builds these values from its
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from leasecron.coordination.members import advertised_handlers
 from leasecron.models.decisions import Observation, expires_at, grant_live
 from leasecron.models.leases import parse_lease, parse_micro_time
-from leasecron.models.names import ANNOTATION_HANDLERS, parse_tick
+from leasecron.models.names import parse_tick
 from leasecron.models.specs import Outcome
 
 RUNNING = Outcome.RUNNING.value
@@ -108,30 +108,14 @@ class Member:
         return bool(self.holder) and now_mono < self.expires_at
 
 
-def parse_handlers(annotations: Mapping[str, Any]) -> frozenset[str]:
-    """The handler names of a member Lease's annotation; empty when absent or unreadable."""
-    raw = annotations.get(ANNOTATION_HANDLERS)
-    if not isinstance(raw, str):
-        return frozenset()
-    try:
-        names = json.loads(raw)
-    except ValueError:
-        return frozenset()
-    if not isinstance(names, list):
-        return frozenset()
-    return frozenset(name for name in names if isinstance(name, str))
-
-
 def member_from_lease(obj: Mapping[str, Any], *, observed_at: float) -> Member:
     """A Member from a raw member Lease first seen (in its current version) at `observed_at`."""
     record = parse_lease(obj)
-    metadata = obj.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     observation = Observation(record=record, observed_at=observed_at)
     return Member(
         lease_name=record.name,
         holder=record.holder,
-        handlers=parse_handlers(annotations if isinstance(annotations, Mapping) else {}),
+        handlers=advertised_handlers(obj),
         expires_at=expires_at(observation, fallback_s=MEMBER_FALLBACK_S),
     )
 

@@ -13,31 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron.coordination.members import MemberLease, live_members, member_selector
+from leasecron.coordination.members import (
+    MemberLease,
+    advertised_handlers,
+    live_members,
+    member_selector,
+)
 from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import Clock
-from leasecron.models.names import ANNOTATION_HANDLERS
 
 _log = get_logger("leasecron.runtime.membership")
-
-
-def advertised_handlers(obj: dict[str, Any]) -> frozenset[str] | None:
-    """The handler names a member Lease advertises; None when it says nothing readable."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    try:
-        names = json.loads(annotations.get(ANNOTATION_HANDLERS) or "null")
-    except ValueError:
-        return None
-    if not isinstance(names, list):
-        return None
-    return frozenset(str(name) for name in names)
 
 
 class Membership:
@@ -131,8 +121,7 @@ class Membership:
             holder = str((obj.get("spec") or {}).get("holderIdentity") or "")
             if holder == self.identity:
                 continue  # our own registrations are `own`
-            advertised = advertised_handlers(obj)
-            if holder in live and advertised is not None and needed <= advertised:
+            if holder in live and needed <= advertised_handlers(obj):
                 able.add(holder)
         return sorted(able)
 
