@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import itertools
 import signal
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,15 @@ SHORT = {"keepAlive": False, "atMostFor": "5s"}
 class Replica(ReplicaProcess):
     """One `_runtime_replica.py` process with 2 shards of 2 s Leases."""
 
-    def __init__(self, index: int, *, namespace: str, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(
+        self,
+        index: int,
+        *,
+        namespace: str,
+        kubeconfig: Path,
+        workdir: Path,
+        changed: threading.Condition,
+    ) -> None:
         args = ["--namespace", namespace, "--shards", str(SHARDS), "--shard-lease", "2"]
         super().__init__(
             SCRIPT,
@@ -41,6 +50,7 @@ class Replica(ReplicaProcess):
             kubeconfig=kubeconfig,
             log_path=workdir / f"replica-{index}.log",
             env={"POD_NAME": f"replica-{index}"},
+            changed=changed,
         )
         self.index = index
 
@@ -61,9 +71,12 @@ def start(
     kubeconfig: Path, namespace: str, leasecron_crds: list[str], tmp_path: Path
 ) -> Iterator[Any]:
     started: list[Replica] = []
+    changed = threading.Condition()  # every replica's new lines wake the waits below
 
     def start_replica(index: int) -> Replica:
-        replica = Replica(index, namespace=namespace, kubeconfig=kubeconfig, workdir=tmp_path)
+        replica = Replica(
+            index, namespace=namespace, kubeconfig=kubeconfig, workdir=tmp_path, changed=changed
+        )
         started.append(replica)
         replica.ready()
         return replica
@@ -88,17 +101,30 @@ def runs(group: list[Replica]) -> list[dict[str, Any]]:
     return [line for r in group for line in r.events("run") if line["job"] in JOBS]
 
 
+def _on_new_lines(group: list[Replica], until: Callable[[], bool], timeout: float) -> bool:
+    """Re-check `until()` whenever a replica of `group` prints a line (a killed or stopped one
+    among them is no failure here); False when `timeout` passes first."""
+    changed = group[0]._changed
+    deadline = time.monotonic() + timeout
+    with changed:
+        while not until():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            changed.wait(remaining)
+    return True
+
+
 def wait_runs(group: list[Replica], *, after: float, ticks: int) -> None:
     """Until every job ran `ticks` ticks later than `after` (wall time of the tick)."""
-    deadline = time.monotonic() + ticks * 3 + 30
 
     def enough() -> bool:
         later = Counter(r["job"] for r in runs(group) if _ts(r["tick"]) > after)
         return all(later[name] >= ticks for name in JOBS)
 
-    while not enough():
-        assert time.monotonic() < deadline, f"fewer than {ticks} ticks per job after {after}"
-        time.sleep(0.2)
+    assert _on_new_lines(group, enough, ticks * 3 + 30), (
+        f"fewer than {ticks} ticks per job after {after}"
+    )
 
 
 def holder_of(api: Any, namespace: str, shard: int) -> str:
@@ -111,15 +137,19 @@ def holder_of(api: Any, namespace: str, shard: int) -> str:
 def mid_instant(group: list[Replica], api: Any, namespace: str) -> Replica:
     """A replica that holds a shard and started a run less than 0.3 s ago (so it is in the
     middle of that instant's half-second runs)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        holders = {holder_of(api, namespace, s) for s in range(SHARDS)}
-        for replica in group:
-            fresh = [r for r in replica.events("run") if time.time() - r["t"] < 0.3]
-            if replica.identity in holders and fresh:
-                return replica
-        time.sleep(0.05)
-    raise AssertionError("no shard holder caught in the middle of an instant")
+    found: list[Replica] = []
+
+    def caught() -> bool:
+        # Looked at whenever a replica prints (a run starting is a line): the Lease reads
+        # only then.
+        fresh = [r for r in group if any(time.time() - x["t"] < 0.3 for x in r.events("run"))]
+        if fresh:
+            holders = {holder_of(api, namespace, s) for s in range(SHARDS)}
+            found.extend(r for r in fresh if r.identity in holders)
+        return bool(found)
+
+    assert _on_new_lines(group, caught, 30), "no shard holder caught in the middle of an instant"
+    return found[0]
 
 
 def check_once_and_fenced(group: list[Replica]) -> list[dict[str, Any]]:
