@@ -149,6 +149,12 @@ class LeaseView:
         lock takes another's grant for an orphan. Loop thread only."""
         return self._mine.setdefault((namespace, name, identity), {})
 
+    def record_of(self, obj: dict[str, Any]) -> LeaseRecord:
+        """`parse_lease(obj)` of a Lease this view was told of (a watcher's `obj`), from the
+        same once-per-resourceVersion cache `seen()` reads."""
+        key = _key_of(obj)
+        return self._parse(key, obj) if key is not None else parse_lease(obj)
+
     def _parse(self, key: Key, obj: dict[str, Any]) -> LeaseRecord:
         """`parse_lease(obj)`, parsed once per resourceVersion (a version never changes)."""
         version = _rv(obj)

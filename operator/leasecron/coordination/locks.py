@@ -136,7 +136,7 @@ class TickLock(LeaseParty):
     def _changed(self, obj: dict[str, Any] | None) -> None:
         """Every change of the Lease: grants it no longer shows are lost; an orphan of ours is
         taken care of at once."""
-        record = parse_lease(obj) if obj is not None else None
+        record = self.lease.view.record_of(obj) if obj is not None else None
         for grant in list(self._grants.values()):
             reason = self._lost_reason(record, grant)
             if reason is not None:
