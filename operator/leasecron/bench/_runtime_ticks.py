@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from leasecron.bench._drivers import bench_job
 from leasecron.bench._through_runtime import BENCH_GROUP, HANDLER
@@ -51,33 +53,47 @@ def tick_schedule(epoch: float, ticks: int) -> str:
     return f"{seconds} {at.minute} {at.hour} {at.day} {at.month} *"
 
 
-async def _create(kubeconfig: str, namespace: str, *, jobs: int, schedule: str) -> None:
-    kube = Kube.from_config(kubeconfig=kubeconfig, max_workers=16)
-    store, gate = ScheduledJobStore(kube), asyncio.Semaphore(16)
+class ObjectCreator(Protocol):
+    async def create(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    async def create(index: int) -> None:
-        body = {
-            "apiVersion": "leasecron.dev/v1alpha1",
-            "kind": "ScheduledJob",
-            "metadata": {"name": bench_job(index)},
-            "spec": {
-                "bucket": "once-per-tick",
-                "schedule": schedule,
-                "group": BENCH_GROUP,
-                "handler": HANDLER,
-                "lock": {"atMostFor": "30s", "keepAlive": False},
-            },
-        }
+
+async def create_objects(
+    kubeconfig: str,
+    namespace: str,
+    bodies: Iterable[dict[str, Any]],
+    store: Callable[[Kube], ObjectCreator],
+) -> None:
+    """Create `bodies` in `namespace` through `store(kube)`, 16 at a time."""
+    kube = Kube.from_config(kubeconfig=kubeconfig, max_workers=16)
+    creator, gate = store(kube), asyncio.Semaphore(16)
+
+    async def create(body: dict[str, Any]) -> None:
         async with gate:
-            await store.create(namespace=namespace, body=body)
+            await creator.create(namespace=namespace, body=body)
 
     try:
-        await asyncio.gather(*(create(j) for j in range(jobs)))
+        await asyncio.gather(*(create(body) for body in bodies))
     finally:
         await kube.close()
+
+
+def _job(index: int, schedule: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "leasecron.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": bench_job(index)},
+        "spec": {
+            "bucket": "once-per-tick",
+            "schedule": schedule,
+            "group": BENCH_GROUP,
+            "handler": HANDLER,
+            "lock": {"atMostFor": "30s", "keepAlive": False},
+        },
+    }
 
 
 def create_jobs(kubeconfig: str, namespace: str, *, jobs: int, epoch: float, ticks: int) -> None:
     """The benchmark's ScheduledJobs, firing at the `ticks` instants from `epoch`."""
     schedule = tick_schedule(epoch, ticks)
-    asyncio.run(_create(kubeconfig, namespace, jobs=jobs, schedule=schedule))
+    bodies = [_job(index, schedule) for index in range(jobs)]
+    asyncio.run(create_objects(kubeconfig, namespace, bodies, ScheduledJobStore))

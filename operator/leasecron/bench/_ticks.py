@@ -29,7 +29,6 @@ from leasecron.bench._stats import (
     table,
 )
 from leasecron.coordination import ROLE_JOB, default_labels
-from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import job_lease_name
@@ -47,24 +46,16 @@ def _argv(run: BenchRun, name: str, members: list[str], options: dict[str, Any])
     return argv
 
 
-async def _create_leases(kubeconfig: str, namespace: str, jobs: int) -> None:
+def _free_job_leases(namespace: str, jobs: int) -> list[dict[str, Any]]:
     """Free job Leases, as the operator creates them for its ScheduledJobs, so the first tick
     is claimed like every other one (an update, not a race of creates)."""
-    kube = Kube.from_config(kubeconfig=kubeconfig, max_workers=16)
-    store, gate = LeaseStore(kube), asyncio.Semaphore(16)
-
-    async def create(index: int) -> None:
-        name = job_lease_name(bench_job(index))
-        body = lease_body(
-            LeaseRecord(name=name, namespace=namespace), labels=default_labels(ROLE_JOB)
+    return [
+        lease_body(
+            LeaseRecord(name=job_lease_name(bench_job(index)), namespace=namespace),
+            labels=default_labels(ROLE_JOB),
         )
-        async with gate:
-            await store.create(namespace=namespace, body=body)
-
-    try:
-        await asyncio.gather(*(create(j) for j in range(jobs)))
-    finally:
-        await kube.close()
+        for index in range(jobs)
+    ]
 
 
 def measure_ticks(
@@ -92,7 +83,10 @@ def measure_ticks(
         options["shards"] = shards
         _runtime_ticks.apply_crds(run.kubeconfig)
     else:
-        asyncio.run(_create_leases(run.kubeconfig, run.namespace, jobs))
+        leases = _free_job_leases(run.namespace, jobs)
+        asyncio.run(
+            _runtime_ticks.create_objects(run.kubeconfig, run.namespace, leases, LeaseStore)
+        )
         run.progress(f"{jobs} free job Leases created")
     for name in names:
         run.group.spawn(name, _argv(run, name, names, options))
