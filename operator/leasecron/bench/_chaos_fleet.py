@@ -12,21 +12,24 @@ Owns the processes, their proxies and fault files. Does not decide which fault t
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from leasecron.testing import ControlPlane, FaultPlan, Proxy, Toxiproxy, kubeconfig_via
+from leasecron.testing import (
+    ChildProcess,
+    ControlPlane,
+    FaultPlan,
+    Proxy,
+    Toxiproxy,
+    kubeconfig_via,
+    stop_children,
+)
 from leasecron.testing.faults import ENV_VAR, Fault
 
 REPLICA_MODULE = "leasecron.demo._chaos_replica"
@@ -38,7 +41,7 @@ class ChaosReplica:
 
     pod: str
     skew: float
-    popen: subprocess.Popen[str]
+    process: ChildProcess
     proxy: Proxy
     faults: Path
     log_path: Path
@@ -49,14 +52,13 @@ class ChaosReplica:
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.process.pid
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        return self.process.alive()
 
     def signal(self, signum: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signum)
+        self.process.signal(signum)
 
     def rss_bytes(self) -> int:
         try:
@@ -106,12 +108,10 @@ class Fleet:
         faults = self._workdir / f"{pod}.faults.json"
         FaultPlan().write(faults, faults=[])
         env = {
-            **os.environ,
             "POD_NAME": pod,
             "POD_NAMESPACE": self._namespace,
             "KUBECONFIG": str(kubeconfig),
             ENV_VAR: str(faults),
-            "PYTHONUNBUFFERED": "1",
         }
         argv = [
             sys.executable,
@@ -126,21 +126,19 @@ class Fleet:
             "--work-ms",
             f"{self._work_ms:g}",
         ]
+        made: list[ChaosReplica] = []
+        ready = threading.Event()  # its first lines may come before the replica is made
+
+        def on_line(data: dict[str, Any], _at: float) -> None:
+            ready.wait()
+            self._on_line(made[0], data)
+
         log_path = self._workdir / f"{pod}.log"
-        with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                [*_pdeathsig_prefix(), *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-                text=True,
-                start_new_session=True,
-            )
+        process = ChildProcess(name=pod, argv=argv, log_path=log_path, env=env, on_line=on_line)
         replica = ChaosReplica(
             pod=pod,
             skew=skew,
-            popen=popen,
+            process=process,
             proxy=proxy,
             faults=faults,
             log_path=log_path,
@@ -148,27 +146,19 @@ class Fleet:
         )
         with self._lock:
             self.all.append(replica)
-        assert popen.stdout is not None
-        threading.Thread(
-            target=self._read, args=(replica, popen.stdout), name=f"chaos-{pod}", daemon=True
-        ).start()
+        made.append(replica)
+        ready.set()
         return replica
 
-    def _read(self, replica: ChaosReplica, stream: IO[str]) -> None:
-        with contextlib.suppress(ValueError, OSError):
-            for line in stream:
-                try:
-                    data: dict[str, Any] = json.loads(line)
-                except ValueError:
-                    continue
-                event = data.get("event")
-                if event == "ready":
-                    replica.identity = str(data.get("replica", ""))
-                elif event == "stats" and isinstance(data.get("requests"), dict):
-                    replica.requests = {str(k): int(v) for k, v in data["requests"].items()}
-                elif event == "run":
-                    with self._lock:
-                        self.runs[str(data.get("job", ""))] += 1
+    def _on_line(self, replica: ChaosReplica, data: dict[str, Any]) -> None:
+        event = data.get("event")
+        if event == "ready":
+            replica.identity = str(data.get("replica", ""))
+        elif event == "stats" and isinstance(data.get("requests"), dict):
+            replica.requests = {str(k): int(v) for k, v in data["requests"].items()}
+        elif event == "run":
+            with self._lock:
+                self.runs[str(data.get("job", ""))] += 1
 
     def running(self) -> list[ChaosReplica]:
         with self._lock:
@@ -187,23 +177,13 @@ class Fleet:
         return True
 
     def kill(self, replica: ChaosReplica) -> None:
-        replica.signal(signal.SIGCONT)  # a stopped one would otherwise be killed while frozen
-        replica.signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            replica.popen.wait(timeout=10)
+        replica.process.kill()  # SIGCONT first: a stopped one cannot die otherwise
 
     def stop_all(self, *, grace: float = 15.0) -> None:
         """SIGCONT and SIGTERM every replica (they release and exit), SIGKILL the rest."""
-        for replica in self.running():
-            replica.signal(signal.SIGCONT)
-            replica.signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for replica in self.all:
-            try:
-                replica.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                replica.signal(signal.SIGKILL)
-                replica.popen.wait()
+        with self._lock:
+            replicas = list(self.all)
+        stop_children([r.process for r in replicas], grace=grace)
 
     def writes(self) -> Counter[str]:
         """API writes of all replicas by resource, as of their last stats lines."""
@@ -219,12 +199,3 @@ class Fleet:
 
 
 _WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-
-
-def _pdeathsig_prefix() -> list[str]:
-    """`setpriv --pdeathsig KILL --` when usable (from the main thread), so no replica outlives
-    a bench that dies."""
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
