@@ -1,0 +1,124 @@
+"""The group record (docs/design.md, "The group record"): one Lease per group that holds what
+every replica of the group must agree on, in annotations:
+
+- `leasecron.dev/shards`: the group's shard count. Every replica follows it, whatever count
+  it was configured with (a replica configured otherwise logs it and follows).
+- `leasecron.dev/token-ceiling`: no shard Lease of the group ever carries a token above it.
+  A claim whose token would pass it raises it first (by `TOKEN_BLOCK`, so one write serves
+  many claims). A shard Lease created again (deleted by hand, or new after a change of shard
+  count) starts above the ceiling: a job's token never decreases, without reading any run
+  record.
+- `leasecron.dev/floor-tick`: instants at or before it are taken on every shard Lease of the
+  current count (written when the count changes: the highest instant the old shards claimed),
+  so no instant is claimed on the old shard Leases and again on the new ones.
+
+And on a shard Lease, `leasecron.dev/retired`: the shard count it belongs to was replaced;
+no instant is claimed on it any more.
+
+Pure values and functions: no I/O. `coordination.groups` reads and writes the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from leasecron.models.names import dns_name, format_tick, parse_tick
+from leasecron.models.shards import MAX_SHARDS, ShardRef, shard_lease_name, shard_of
+
+ROLE_GROUP = "group"
+ANNOTATION_SHARDS = "leasecron.dev/shards"
+ANNOTATION_TOKEN_CEILING = "leasecron.dev/token-ceiling"
+ANNOTATION_FLOOR_TICK = "leasecron.dev/floor-tick"
+ANNOTATION_RETIRED = "leasecron.dev/retired"
+TOKEN_BLOCK = 10_000
+"""How far one write raises the token ceiling: one group-record write per this many claims."""
+MAX_TOKEN = 2**31 - 1
+"""leaseTransitions is an int32."""
+
+
+class GroupRecordError(ValueError):
+    """A group record whose annotations do not read; the message names the field and value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupState:
+    """What the group record says."""
+
+    shards: int
+    ceiling: int = 0
+    floor_tick: datetime | None = None
+
+    def ref(self, group: str, job: str) -> ShardRef:
+        """The shard Lease that claims `job`'s ticks under this record."""
+        return shard_ref(group, job, shards=self.shards)
+
+    def covers(self, token: int) -> bool:
+        """Whether a claim may write `token` without raising the ceiling first."""
+        return token <= self.ceiling
+
+    def raised(self, token: int) -> GroupState:
+        """The record with its ceiling raised far enough for `token` and the next claims."""
+        if token > MAX_TOKEN:
+            raise GroupRecordError(f"token {token} is above the largest leaseTransitions")
+        ceiling = min(MAX_TOKEN, max(self.ceiling, token + TOKEN_BLOCK))
+        return replace(self, ceiling=ceiling)
+
+    @property
+    def first_token(self) -> int:
+        """The lowest token a shard Lease created now may carry: above every token any shard
+        Lease of the group ever carried."""
+        return self.ceiling + 1
+
+
+def group_lease_name(group: str) -> str:
+    return dns_name(f"leasecron-group-{group}")
+
+
+def shard_ref(group: str, job: str, *, shards: int) -> ShardRef:
+    index = shard_of(job, shards=shards)
+    return ShardRef(lease=shard_lease_name(group, index, shards=shards), shard=index, shards=shards)
+
+
+def _whole(annotations: Mapping[str, object], key: str, *, low: int, high: int) -> int:
+    raw = annotations.get(key)
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise GroupRecordError(f"{key} ({raw!r}) is not a whole number") from None
+    if not low <= value <= high:
+        raise GroupRecordError(f"{key} ({raw!r}) must be from {low} to {high}")
+    return value
+
+
+def parse_group(annotations: Mapping[str, object]) -> GroupState:
+    """The record's state, or GroupRecordError naming the annotation and its value."""
+    shards = _whole(annotations, ANNOTATION_SHARDS, low=1, high=MAX_SHARDS)
+    ceiling = 0
+    if annotations.get(ANNOTATION_TOKEN_CEILING) is not None:
+        ceiling = _whole(annotations, ANNOTATION_TOKEN_CEILING, low=0, high=MAX_TOKEN)
+    floor_tick = None
+    raw_tick = annotations.get(ANNOTATION_FLOOR_TICK)
+    if raw_tick is not None:
+        try:
+            floor_tick = parse_tick(str(raw_tick))
+        except ValueError:
+            raise GroupRecordError(
+                f"{ANNOTATION_FLOOR_TICK} ({raw_tick!r}) is not an RFC 3339 time"
+            ) from None
+    return GroupState(shards=shards, ceiling=ceiling, floor_tick=floor_tick)
+
+
+def format_group(state: GroupState) -> dict[str, str | None]:
+    """The annotations that record `state` (None: remove)."""
+    return {
+        ANNOTATION_SHARDS: str(state.shards),
+        ANNOTATION_TOKEN_CEILING: str(state.ceiling),
+        ANNOTATION_FLOOR_TICK: format_tick(state.floor_tick) if state.floor_tick else None,
+    }
+
+
+def retired(annotations: Mapping[str, object]) -> bool:
+    """Whether a shard Lease's annotations say its shard count was replaced."""
+    return annotations.get(ANNOTATION_RETIRED) is not None
