@@ -76,7 +76,6 @@ def job_manifests(namespace: str) -> list[dict[str, Any]]:
         "schedule": f"@every {TICK_SECONDS:g}s",
         "group": CHAOS_GROUP,
         "handler": "send-invoices",
-        "coordination": "Lock",
         "lock": {"atMostFor": f"{AT_MOST_FOR:g}s", "atLeastFor": "0s", "keepAlive": True},
         "startingDeadline": f"{STARTING_DEADLINE:g}s",
         "catchUp": {"policy": "Latest"},

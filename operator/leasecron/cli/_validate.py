@@ -101,8 +101,7 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 _COORDINATION_ONLY = {
     "lock": "every replica runs every tick without a lock (a lock here would let only one "
     "replica refresh its cache); remove it, or use bucket once-per-tick",
-    "coordination": "every-replica jobs are not coordinated; remove it",
-    "election": "only single-owner jobs and the group leader elect; remove it",
+    "election": "only single-owner jobs elect; remove it",
 }
 
 

@@ -33,7 +33,6 @@ _SPECS: dict[str, dict[str, Any]] = {
         "bucket": "once-per-tick",
         "schedule": "@every 2s",
         "group": GROUP,
-        "coordination": "Lock",
         "lock": {"atMostFor": "30s", "atLeastFor": "0s", "keepAlive": True},
         "startingDeadline": "2s",
         "catchUp": {"policy": "Latest"},

@@ -17,7 +17,9 @@ class Bucket(StrEnum):
 
 
 class Coordination(StrEnum):
-    """How a once-per-tick job picks its replica: a claim on its own Lease, or the leader."""
+    """The values of the removed `spec.coordination` (refused by validation: one claim
+    engine serves every once-per-tick job). No spec carries it; kept only while code that
+    predates the one engine still imports it."""
 
     LOCK = "Lock"
     LEADER = "Leader"

@@ -2,9 +2,10 @@
 
 Owns the structural OpenAPI schemas, their CEL rules (the checks the API server can make
 itself: atLeastFor <= atMostFor, leaseDuration >= renewDeadline + 1s, renewDeadline > 1.2 x
-retryPeriod, schedule required unless single-owner), printer columns and names. Field
-descriptions come from the models; field names, types and defaults are written here and checked
-against the models by a unit test. `crds/*.yaml` is generated from this module:
+retryPeriod, schedule required unless single-owner, removed fields refused), printer columns
+and names. Field descriptions come from the models; field names, types and defaults are
+written here and checked against the models by a unit test. `crds/*.yaml` is generated from
+this module:
 
     python -m leasecron.models.crds --write crds/
 
@@ -28,11 +29,11 @@ from leasecron.models._schema import Schema
 from leasecron.models._status import CONDITION_REASON_PATTERN, Condition, LastRun
 from leasecron.models.names import JOBRUN_PLURAL, SCHEDULEDJOB_PLURAL
 from leasecron.models.specs import (
+    REMOVED_FIELDS,
     Bucket,
     CatchUpPolicy,
     CatchUpSpec,
     ConditionStatus,
-    Coordination,
     ElectionSpec,
     HistorySpec,
     LockSpec,
@@ -100,6 +101,27 @@ def _election() -> Schema:
     )
 
 
+def _removed(field: str) -> Schema:
+    """A removed field: still in the schema (no default), so that a stored object that carries
+    it still decodes and the operator can say why it is not valid; `_refuse_removed` refuses
+    any new value."""
+    return {
+        "type": "string",
+        "maxLength": 1024,
+        "description": f"Refused if set. This field {REMOVED_FIELDS[field]}.",
+    }
+
+
+def _refuse_removed(field: str) -> Schema:
+    message = REMOVED_FIELDS[field].replace("'", "\\'")
+    return s.rule(
+        f"!has(self.{field})",
+        f"spec.{field} {REMOVED_FIELDS[field]}",
+        field_path=f".{field}",
+        message_expression=f"'spec.{field} (' + self.{field} + ') {message}'",
+    )
+
+
 def _scheduledjob_spec() -> Schema:
     catch_up = s.object_schema(
         CatchUpSpec,
@@ -117,7 +139,7 @@ def _scheduledjob_spec() -> Schema:
         },
         default={},
     )
-    return s.object_schema(
+    spec = s.object_schema(
         ScheduledJobSpec,
         {
             "bucket": s.enum(Bucket),
@@ -127,7 +149,6 @@ def _scheduledjob_spec() -> Schema:
                 default="default", min_length=1, max_length=63, pattern=f.LABEL_VALUE_PATTERN
             ),
             "handler": s.string(min_length=1, max_length=253, pattern=r"^\S+$"),
-            "coordination": s.enum(Coordination, default="Lock"),
             "lock": _lock(),
             "election": _election(),
             "startingDeadline": s.duration(default="60s"),
@@ -149,12 +170,7 @@ def _scheduledjob_spec() -> Schema:
                 "schedule must not be set when bucket is single-owner",
                 field_path=".schedule",
             ),
-            s.rule(
-                "!has(self.coordination) || self.coordination == 'Lock' || "
-                "self.bucket == 'once-per-tick'",
-                "coordination Leader applies to once-per-tick jobs only",
-                field_path=".coordination",
-            ),
+            *(_refuse_removed(field) for field in REMOVED_FIELDS),
             s.rule(
                 "!has(self.jitter) || !has(self.startingDeadline) || "
                 "duration(self.jitter) < duration(self.startingDeadline)",
@@ -163,6 +179,8 @@ def _scheduledjob_spec() -> Schema:
             ),
         ],
     )
+    spec["properties"].update((field, _removed(field)) for field in REMOVED_FIELDS)
+    return spec
 
 
 def _condition() -> Schema:

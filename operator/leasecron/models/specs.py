@@ -87,6 +87,16 @@ _GROUP = re.compile(LABEL_VALUE_PATTERN)
 _HANDLER = re.compile(r"^\S+$")
 _SCHEDULE_REQUIRED = "is required unless spec.bucket is single-owner"
 _SCHEDULE_FORBIDDEN = "must not be set when spec.bucket is single-owner (it runs continuously)"
+ONE_SHARD_HINT = (
+    "a group that wants one replica to run all its jobs records one shard: "
+    "`leasecron shards GROUP --count 1`"
+)
+REMOVED_FIELDS: Mapping[str, str] = {
+    "coordination": "was removed: every once-per-tick job is claimed through its group's "
+    f"shard Leases; delete the field ({ONE_SHARD_HINT})",
+}
+"""Fields of `spec` that earlier versions had and that no longer mean anything: refused
+with a message that says what to do instead, never silently ignored or reinterpreted."""
 
 
 class ScheduledJobSpec(ResourceModel):
@@ -115,15 +125,10 @@ class ScheduledJobSpec(ResourceModel):
         max_length=253,
         description="Handler name registered in code; defaults to metadata.name.",
     )
-    coordination: Coordination = Field(
-        default=Coordination.LOCK,
-        description="once-per-tick only: Lock (a claim on the job's Lease) or Leader (the "
-        "group's scheduler leader runs it).",
-    )
     lock: LockSpec = Field(default_factory=LockSpec, description="Claim timings (once-per-tick).")
     election: ElectionSpec = Field(
         default_factory=ElectionSpec,
-        description="Leader election timings (single-owner and the group leader).",
+        description="Leader election timings (single-owner).",
     )
     starting_deadline: Duration = Field(
         default=timedelta(seconds=60),
@@ -184,14 +189,6 @@ class ScheduledJobSpec(ResourceModel):
     def _handler(cls, value: str | None) -> str | None:
         if value is not None and not _HANDLER.fullmatch(value):
             raise ValueError("must not contain whitespace")
-        return value
-
-    @field_validator("coordination")
-    @classmethod
-    def _coordination(cls, value: Coordination, info: ValidationInfo) -> Coordination:
-        bucket = info.data.get("bucket")
-        if value is Coordination.LEADER and bucket not in (None, Bucket.ONCE_PER_TICK):
-            raise ValueError(f"applies to once-per-tick jobs only, not {bucket}")
         return value
 
     @field_validator("starting_deadline")
@@ -271,6 +268,8 @@ def validate_resource(obj: Mapping[str, Any]) -> ScheduledJob:
     if spec_data is MISSING:
         problems.append(FieldProblem(path="spec", value=MISSING, message="is required"))
     else:
+        removed, spec_data = _removed_fields(spec_data)
+        problems.extend(removed)
         try:
             spec = ScheduledJobSpec.model_validate(spec_data, by_name=False)
         except ValidationError as e:
@@ -284,6 +283,21 @@ def validate_resource(obj: Mapping[str, Any]) -> ScheduledJob:
         generation=metadata.get("generation"),
         spec=spec,
     )
+
+
+def _removed_fields(spec_data: object) -> tuple[list[FieldProblem], object]:
+    """The problems of the removed fields `spec_data` carries, and the spec without them (so
+    the rest is still checked and not reported as unknown fields)."""
+    if not isinstance(spec_data, Mapping):
+        return [], spec_data
+    problems = [
+        FieldProblem(path=f"spec.{key}", value=spec_data[key], message=message)
+        for key, message in REMOVED_FIELDS.items()
+        if key in spec_data
+    ]
+    if not problems:
+        return [], spec_data
+    return problems, {k: v for k, v in spec_data.items() if k not in REMOVED_FIELDS}
 
 
 def _header_problems(obj: Mapping[str, Any]) -> list[FieldProblem]:

@@ -11,7 +11,6 @@ from leasecron.models.schedules import Schedule
 from leasecron.models.specs import (
     Bucket,
     CatchUpPolicy,
-    Coordination,
     ScheduledJob,
     ScheduledJobSpec,
     StoreUnavailablePolicy,
@@ -34,7 +33,7 @@ def test_a_minimal_once_per_tick_job_gets_the_documented_defaults() -> None:
     assert spec.time_zone == "UTC"
     assert spec.group == "default"
     assert spec.handler is None
-    assert spec.coordination is Coordination.LOCK
+    assert "coordination" not in spec.to_dict()  # removed: one claim engine
     assert (spec.lock.at_most_for, spec.lock.at_least_for, spec.lock.keep_alive) == (
         timedelta(minutes=15),
         timedelta(0),
@@ -75,7 +74,6 @@ def test_the_wire_form_validates_back_to_an_equal_spec() -> None:
         bucket=Bucket.ONCE_PER_TICK,
         schedule="*/5 * * * * *",
         time_zone="Europe/Berlin",
-        coordination=Coordination.LEADER,
         jitter=timedelta(seconds=2),
     )
     again = ScheduledJobSpec.model_validate(original.to_dict(), by_name=False)

@@ -3,6 +3,7 @@ all problems are reported together."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -88,7 +89,7 @@ def test_the_error_text_lists_every_problem() -> None:
             {"bucket": "every-replica", "schedule": "@hourly", "coordination": "Leader"},
             "spec.coordination",
             "Leader",
-            "applies to once-per-tick jobs only",
+            "was removed: every once-per-tick job is claimed through its group's shard Leases",
         ),
         (
             {"bucket": "single-owner", "election": {"renewDeadline": "15s"}},
@@ -208,8 +209,27 @@ def test_the_single_owner_bucket_needs_no_schedule() -> None:
     assert job.spec.schedule is None
 
 
-def test_leader_coordination_is_allowed_for_once_per_tick_jobs() -> None:
-    assert validate_resource(once(coordination="Leader")).spec.coordination == "Leader"
+@pytest.mark.parametrize("value", ["Lock", "Leader", "anything"])
+def test_the_removed_coordination_field_is_refused_whatever_its_value(value: str) -> None:
+    problem = only_problem(once(coordination=value))
+    assert (problem.path, problem.value) == ("spec.coordination", value)
+    assert str(problem).startswith(f"spec.coordination: {value!r} was removed: ")
+    assert "`leasecron shards GROUP --count 1`" in problem.message
+
+
+def test_a_removed_field_does_not_hide_the_other_problems_of_the_spec() -> None:
+    found = problems_of(once(coordination="Lock", jitter="2m"))
+    assert set(found) == {"spec.coordination", "spec.jitter"}
+
+
+def test_a_once_per_tick_job_keeps_its_lock_settings() -> None:
+    lock = {"atMostFor": "5m", "atLeastFor": "10s", "keepAlive": False}
+    spec = validate_resource(once(lock=lock, onStoreUnavailable="RunLocally")).spec
+    assert (spec.lock.at_most_for, spec.lock.at_least_for, spec.lock.keep_alive) == (
+        timedelta(minutes=5),
+        timedelta(seconds=10),
+        False,
+    )
 
 
 def test_the_limits_themselves_are_accepted() -> None:
