@@ -43,10 +43,17 @@ LABEL org.opencontainers.image.title="leasecron operator" \
       org.opencontainers.image.description="Scheduled jobs for many-replica Python apps on Kubernetes, coordinated with Leases." \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/leasecron /opt/leasecron
+# 65532 is the conventional "nonroot" uid/gid of distroless images; the chart runs as it too.
+# Cluster runtimes (containerd, CRI-O, Docker) add no passwd entry for the uid they run a
+# container as, so the image carries one: without it getpass.getuser(), which kopf calls to
+# name the process, raises KeyError. USER names the process even when a cluster runs the
+# image under another uid (runAsUser), which has no entry either.
+RUN echo 'nonroot:x:65532:65532:leasecron operator:/tmp:/usr/sbin/nologin' >>/etc/passwd \
+    && echo 'nonroot:x:65532:' >>/etc/group
 ENV PATH=/opt/leasecron/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
-# 65532 is the conventional "nonroot" uid/gid of distroless images; the chart runs as it too.
+    PYTHONDONTWRITEBYTECODE=1 \
+    USER=nonroot
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8080 9090
