@@ -20,7 +20,7 @@ Pure values and functions: no I/O. `coordination.groups` reads and writes the re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -65,11 +65,36 @@ class GroupState:
         ceiling = min(MAX_TOKEN, max(self.ceiling, token + TOKEN_BLOCK))
         return replace(self, ceiling=ceiling)
 
+    def takes(self, tick: datetime) -> bool:
+        """Whether `tick` counts as taken on every shard Lease of the current count (it is at
+        or before the floor tick: claimed, if at all, on the shard Leases of an earlier count)."""
+        return self.floor_tick is not None and tick <= self.floor_tick
+
     @property
     def first_token(self) -> int:
         """The lowest token a shard Lease created now may carry: above every token any shard
         Lease of the group ever carried."""
         return self.ceiling + 1
+
+
+def replaced(
+    state: GroupState,
+    *,
+    shards: int,
+    ticks: Iterable[datetime | None],
+    tokens: Iterable[int],
+) -> GroupState:
+    """The record after the shard Leases of `state`'s count were all retired and read back:
+    `shards` shards, the floor tick at the highest instant they (or an earlier count) claimed,
+    the ceiling at least the highest token they carry. Raises GroupRecordError for a count
+    out of range."""
+    if isinstance(shards, bool) or not 1 <= shards <= MAX_SHARDS:
+        raise GroupRecordError(f"shards ({shards!r}) must be a whole number from 1 to {MAX_SHARDS}")
+    claimed = [t for t in (state.floor_tick, *ticks) if t is not None]
+    ceiling = max([state.ceiling, *tokens])
+    if ceiling > MAX_TOKEN:
+        raise GroupRecordError(f"token {ceiling} is above the largest leaseTransitions")
+    return GroupState(shards=shards, ceiling=ceiling, floor_tick=max(claimed, default=None))
 
 
 def group_lease_name(group: str) -> str:
