@@ -159,4 +159,4 @@ def test_the_api_server_refuses_what_it_can_validate_itself(
 
 
 def test_the_selector_of_the_shared_cache_is_the_documented_one() -> None:
-    assert LEASE_SELECTOR == "leasecron.dev/role in (job,leader,shard)"
+    assert LEASE_SELECTOR == "leasecron.dev/role in (job,leader,shard,group)"

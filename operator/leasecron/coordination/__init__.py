@@ -24,6 +24,12 @@ from leasecron.coordination.grants import (
     ReleaseResult,
     Term,
 )
+from leasecron.coordination.groups import (
+    GroupRecord,
+    ShardCountChange,
+    ShardCountError,
+    change_shard_count,
+)
 from leasecron.coordination.locks import Skipped, TickLock
 from leasecron.coordination.resourcelocks import (
     LEASE_SELECTOR,
@@ -45,8 +51,8 @@ def lease_informer(
     label_selector: str = LEASE_SELECTOR,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Informer:
-    """The Informer (not started) on `namespace`'s job and leader Leases, to share between
-    all TickLocks and Electors of a process."""
+    """The Informer (not started) on `namespace`'s job, leader, shard and group-record Leases,
+    to share between all TickLocks, ShardLocks, GroupRecords and Electors of a process."""
     path = LeaseStore(kube).collection_path(namespace=namespace)
     return Informer(kube, path=path, label_selector=label_selector, clock=clock)
 
@@ -59,6 +65,7 @@ __all__ = [
     "Elector",
     "Fence",
     "Grant",
+    "GroupRecord",
     "KeepAlive",
     "LeaseCache",
     "LeaseLock",
@@ -66,12 +73,15 @@ __all__ = [
     "LostEvent",
     "LostLockError",
     "ReleaseResult",
+    "ShardCountChange",
+    "ShardCountError",
     "Skipped",
     "SyncElector",
     "SyncGrant",
     "SyncTickLock",
     "Term",
     "TickLock",
+    "change_shard_count",
     "default_labels",
     "lease_informer",
 ]

@@ -20,13 +20,14 @@ from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.decisions import Observation
-from leasecron.models.leases import LeaseRecord, lease_body
+from leasecron.models.groups import ROLE_GROUP
+from leasecron.models.leases import LeaseRecord, lease_body, with_annotations
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
 
 ROLE_JOB = "job"
 ROLE_LEADER = "leader"
 ROLE_SHARD = "shard"
-LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER},{ROLE_SHARD})"
+LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER},{ROLE_SHARD},{ROLE_GROUP})"
 """The label selector of the Leases a process watches for its locks and electors."""
 
 
@@ -153,10 +154,12 @@ class LeaseLock:
         self,
         record: LeaseRecord,
         *,
+        annotations: Mapping[str, str | None] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
-        """Create the Lease holding `record`; AlreadyExists when someone was first."""
-        body = self.body(record, base=None)
+        """Create the Lease holding `record` (and `annotations`); AlreadyExists when someone
+        was first."""
+        body = with_annotations(self.body(record, base=None), annotations or {})
         body["metadata"].pop("resourceVersion", None)
         obj = await self.store.create(namespace=self.namespace, body=body, timeout=timeout)
         self.view.note(obj)
@@ -171,6 +174,20 @@ class LeaseLock:
     ) -> dict[str, Any]:
         """PUT `record` conditionally on its resourceVersion; Conflict when it is stale."""
         body = self.body(record, base=base)
+        obj = await self.store.replace(namespace=self.namespace, body=body, timeout=timeout)
+        self.view.note(obj)
+        return obj
+
+    async def annotate(
+        self,
+        changes: Mapping[str, str | None],
+        *,
+        base: Seen,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """PUT `base` with its annotations changed (None: removed) and nothing else, holder
+        and spec as they were; conditional on base's resourceVersion (Conflict when stale)."""
+        body = with_annotations(base.obj, changes)
         obj = await self.store.replace(namespace=self.namespace, body=body, timeout=timeout)
         self.view.note(obj)
         return obj

@@ -15,6 +15,13 @@ replica skips a live grant, so all runs of a shard stay on one replica while any
 and a replica that dies or stops loses its shards after one short leaseDuration, not after
 the jobs' atMostFor.
 
+With the group's record (`group=`, a `coordination.groups.GroupRecord`) a shard Lease also
+follows what the group agreed on: a claim whose token would be above the recorded ceiling
+raises the ceiling first (so a shard Lease created again starts above every token any shard
+Lease of the group carried, without reading run records); an instant at or before the
+record's floor tick is taken; a retired shard Lease (its count was replaced) is never
+claimed.
+
 It does not run handlers, create JobRuns or bound a single run by its job's atMostFor: the
 runtime does (`runtime._shards`).
 """
@@ -25,19 +32,28 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
-from leasecron.coordination._views import LeaseCache, LeaseView
+from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Grant
-from leasecron.coordination.locks import Skipped, TickLock
+from leasecron.coordination.locks import SKIP_ERROR, SKIP_UNAVAILABLE, Skipped, TickLock
 from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseStoreLike, PartyOptions
 from leasecron.kube.clients import Kube
+from leasecron.kube.errors import KubeError, Unavailable
 from leasecron.models.configs import LockConfig
-from leasecron.models.decisions import expires_at, grant_live
+from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live
+from leasecron.models.groups import GroupRecordError, retired
 from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.names import LABEL_GROUP
 from leasecron.models.shards import LABEL_SHARD, parse_released
 
+if TYPE_CHECKING:
+    from leasecron.coordination.groups import GroupRecord
+
+SKIP_RETIRED = "retired"
+"""The shard Lease's count was replaced (`leasecron.dev/retired`): nothing is claimed on it."""
+SKIP_GROUP_UNREADABLE = "group_record_unreadable"
+"""The claim needs a higher token ceiling and the group record does not read."""
 DEFAULT_SHARD_LEASE_S = 10
 """leaseDurationSeconds of a shard grant: how long a dead holder blocks its shards."""
 
@@ -60,8 +76,10 @@ class ShardLock(TickLock):
         *,
         config: LockConfig | None = None,
         request_timeout: float | None = None,
+        group: GroupRecord | None = None,
         **party: Unpack[PartyOptions],
     ) -> None:
+        self.group = group
         super().__init__(
             kube,
             cache,
@@ -115,9 +133,52 @@ class ShardLock(TickLock):
     async def _claim_now(
         self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int
     ) -> Grant | Skipped:
-        """Never while a release of this shard by this replica is in flight."""
+        """Never on a retired shard Lease, never an instant at or before the group's floor
+        tick, and never while a release of this shard by this replica is in flight."""
+        if self.retired():
+            return self._skip(SKIP_RETIRED, tick)
+        if self.group is not None and self.group.state.takes(tick):
+            return self._skip(SKIP_TAKEN, tick, floor_tick=True)
         async with self._mutex:
             return await super()._claim_now(tick, starting_deadline=starting_deadline, above=above)
+
+    def retired(self) -> bool:
+        """Whether the shard Lease says its shard count was replaced."""
+        seen = self.lease.observe()
+        return seen is not None and retired(lease_annotations(seen.obj))
+
+    def _taken(self, tick: datetime) -> bool:
+        if self.group is not None and self.group.state.takes(tick):
+            return True
+        return super()._taken(tick)
+
+    def taken_by_other(self, tick: datetime) -> bool:
+        return self._taken(tick) or super().taken_by_other(tick)
+
+    async def _token_floor(self, seen: Seen | None) -> int:
+        """A shard Lease is created with a token above the group's ceiling, read from the
+        store (the watch may lag a raise by another replica)."""
+        floor = await super()._token_floor(seen)
+        if seen is None and self.group is not None:
+            state = await self.group.refresh()
+            floor = max(floor, state.first_token - 1)
+        return floor
+
+    async def _send_claim(
+        self, decision: Claim, seen: Seen | None, tick: datetime
+    ) -> Grant | Skipped:
+        """No shard Lease carries a token above the group's ceiling: raise it first."""
+        if self.group is not None:
+            try:
+                await self.group.reserve(decision.token)
+            except GroupRecordError as e:
+                return self._skip(SKIP_GROUP_UNREADABLE, tick, error=str(e))
+            except (Unavailable, TimeoutError) as e:
+                return self._skip(SKIP_UNAVAILABLE, tick, error=repr(e))
+            except KubeError as e:
+                self._log.warning("raising the token ceiling failed", error=repr(e))
+                return self._skip(SKIP_ERROR, tick, error=repr(e))
+        return await super()._send_claim(decision, seen, tick)
 
     def holding(self) -> bool:
         """Whether the Lease shows a live grant of ours: then only this replica can claim the
