@@ -34,7 +34,8 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.objects import ObjectStore
-from leasecron.models.leases import LeaseRecord, parse_lease, parse_micro_time
+from leasecron.models.groups import GroupRecordError, GroupState, group_lease_name, parse_group
+from leasecron.models.leases import LeaseRecord, lease_annotations, parse_lease, parse_micro_time
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
@@ -43,10 +44,9 @@ from leasecron.models.names import (
     LABEL_ROLE,
     VERSION,
     job_lease_name,
-    leader_lease_name,
 )
 from leasecron.models.schedules import Schedule, ScheduleError
-from leasecron.models.shards import gate_on
+from leasecron.models.shards import DEFAULT_SHARDS
 
 HEADERS = ("NAME", "BUCKET", "HOLDER", "LAST RUN", "OUTCOME", "NEXT", "READY", "REPLICAS")
 WIDE = ("SCHEDULE", "GROUP", "TOKEN", "MISSED")
@@ -130,15 +130,25 @@ class Cluster:
         return parse_lease(obj) if obj is not None else None
 
     def grant_lease(self, namespace: str, name: str, spec: Mapping[str, Any]) -> str | None:
-        """The Lease whose holder runs the job: its own, the shard Lease its own hands it to,
-        or its group leader's."""
-        grant = _grant_lease(name, spec)
-        if grant is None or grant != job_lease_name(name):
-            return grant
+        """The Lease whose holder runs the job: its own (single-owner), or the shard Lease of
+        its group that claims its ticks (once-per-tick)."""
+        bucket = spec.get("bucket")
+        if bucket == "single-owner":
+            return job_lease_name(name)
+        if bucket != "once-per-tick":
+            return None
         group = str(spec.get("group") or "default")
-        raw = self.lease_object(namespace, grant)
-        gate = gate_on(raw, group=group)
-        return gate.lease if gate is not None else grant
+        return self.group_state(namespace, group).ref(group, name).lease
+
+    def group_state(self, namespace: str, group: str) -> GroupState:
+        """The group record's state; `DEFAULT_SHARDS` without a readable record."""
+        raw = self.lease_object(namespace, group_lease_name(group))
+        if raw is not None:
+            try:
+                return parse_group(lease_annotations(raw))
+            except GroupRecordError:
+                pass
+        return GroupState(shards=DEFAULT_SHARDS)
 
     def operator_running(self, now: datetime) -> bool:
         operators = [
@@ -147,18 +157,6 @@ class Cluster:
             if mapping(mapping(o.get("metadata")).get("labels")).get(LABEL_ROLE) == "operator"
         ]
         return any(live_holder(parse_lease(o), now) for o in operators)
-
-
-def _grant_lease(name: str, spec: Mapping[str, Any]) -> str | None:
-    """The Lease whose holder runs the job: its own, or its group leader's."""
-    bucket = spec.get("bucket")
-    if bucket == "single-owner":
-        return job_lease_name(name)
-    if bucket == "once-per-tick":
-        if spec.get("coordination") == "Leader":
-            return leader_lease_name(str(spec.get("group") or "default"))
-        return job_lease_name(name)
-    return None
 
 
 def _covering_replicas(

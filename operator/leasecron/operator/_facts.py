@@ -1,10 +1,15 @@
 """What the operator needs to know about one ScheduledJob, read once per spec version.
 
 Owns `JobFacts` (a flat, immutable view of a valid job: bucket, schedule, group, handler,
-deadlines, history limits, which Lease holds its grant), `Invalid` (the `Valid=False`
-condition's reason and message for a job that is not), and `read_job`, which turns a raw
-ScheduledJob into one or the other with `leasecron.models.specs.validate_resource`. It never
-raises for a bad object: a broken ScheduledJob must not stop the operator.
+deadlines, history limits, whether it has a Lease of its own), `Invalid` (the `Valid=False`
+condition's reason and message for a job that is not: `RemovedField` for a stored object that
+still carries a field that no longer means anything, such as `spec.coordination`), and
+`read_job`, which turns a raw ScheduledJob into one or the other with
+`leasecron.models.specs.validate_resource`. It never raises for a bad object: a broken
+ScheduledJob must not stop the operator.
+
+A once-per-tick job has no Lease of its own: its ticks are claimed on its group's shard
+Lease, which `_world` finds from the group record. A single-owner job has its own Lease.
 
 It does not look at status, Leases or JobRuns: `_jobstatus` does.
 """
@@ -18,11 +23,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from leasecron.models.leases import parse_micro_time
-from leasecron.models.names import job_lease_name, leader_lease_name
+from leasecron.models.names import job_lease_name
 from leasecron.models.schedules import Schedule
 from leasecron.models.specs import (
+    REMOVED_FIELDS,
     Bucket,
-    Coordination,
     FieldProblem,
     ScheduledJob,
     SpecError,
@@ -33,8 +38,6 @@ from leasecron.operator import _conditions as c
 EVERY_REPLICA = "every-replica"
 ONCE_PER_TICK = "once-per-tick"
 SINGLE_OWNER = "single-owner"
-LOCK = "Lock"
-LEADER = "Leader"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,15 +54,14 @@ class JobRef:
 @dataclass(frozen=True, kw_only=True)
 class JobFacts:
     """A valid job, as the status logic uses it. `schedule` is None for single-owner jobs.
-    `grant_lease` is the Lease whose holder runs the job (None for every-replica), and
-    `grant_fallback_s` the duration assumed when that Lease does not state a usable one."""
+    `grant_fallback_s` is the duration assumed when the Lease whose holder runs the job (its
+    own for single-owner, its shard Lease for once-per-tick) does not state a usable one."""
 
     ref: JobRef
     bucket: str
     schedule: Schedule | None
     group: str
     handler: str
-    coordination: str
     starting_deadline: timedelta
     suspend: bool
     history_succeeded: int
@@ -67,24 +69,14 @@ class JobFacts:
     grant_fallback_s: float
 
     @property
-    def coordinated(self) -> bool:
-        """True when a per-job Lease coordinates it (once-per-tick Lock, single-owner)."""
-        return self.bucket == SINGLE_OWNER or (
-            self.bucket == ONCE_PER_TICK and self.coordination == LOCK
-        )
-
-    @property
-    def grant_lease(self) -> str | None:
-        if self.bucket == EVERY_REPLICA:
-            return None
-        if self.bucket == ONCE_PER_TICK and self.coordination == LEADER:
-            return leader_lease_name(self.group)
-        return job_lease_name(self.ref.name)
-
-    @property
     def job_lease(self) -> str | None:
-        """The per-job Lease the operator creates and owns, when the job has one."""
-        return job_lease_name(self.ref.name) if self.coordinated else None
+        """The per-job Lease the operator creates and owns: single-owner jobs only."""
+        return job_lease_name(self.ref.name) if self.bucket == SINGLE_OWNER else None
+
+    @property
+    def sharded(self) -> bool:
+        """Whether its ticks are claimed on its group's shard Leases (once-per-tick)."""
+        return self.bucket == ONCE_PER_TICK
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +112,8 @@ def job_ref(obj: Mapping[str, Any]) -> JobRef:
 
 def _invalid_reason(problems: tuple[FieldProblem, ...]) -> str:
     paths = [problem.path for problem in problems]
+    if any(path.removeprefix("spec.") in REMOVED_FIELDS for path in paths):
+        return c.REASON_REMOVED_FIELD
     if any(path == "spec.schedule" for path in paths):
         return c.REASON_INVALID_SCHEDULE
     if any(path == "spec.timeZone" for path in paths):
@@ -129,7 +123,7 @@ def _invalid_reason(problems: tuple[FieldProblem, ...]) -> str:
 
 def _facts(ref: JobRef, job: ScheduledJob) -> JobFacts:
     spec = job.spec
-    if spec.bucket is Bucket.ONCE_PER_TICK and spec.coordination is Coordination.LOCK:
+    if spec.bucket is Bucket.ONCE_PER_TICK:
         fallback = spec.lock.at_most_for
     else:
         fallback = spec.election.lease_duration
@@ -139,7 +133,6 @@ def _facts(ref: JobRef, job: ScheduledJob) -> JobFacts:
         schedule=spec.parsed_schedule,
         group=spec.group,
         handler=job.handler_name,
-        coordination=str(spec.coordination),
         starting_deadline=spec.starting_deadline,
         suspend=spec.suspend,
         history_succeeded=spec.history.succeeded,

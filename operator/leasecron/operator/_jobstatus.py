@@ -3,12 +3,14 @@
 Owns the `Valid` and `Ready` conditions, the assembly of the whole status and the comparison
 that decides whether a patch is needed at all (`status_patch`). Fields:
 
-- `holder`: the holder of a live grant on the job's Lease (the group leader's Lease for
-  `coordination: Leader`); "" when it is free or expired by the operator's own clock.
+- `holder`: the holder of a live grant on the Lease that runs the job (its own Lease for
+  single-owner, its shard Lease for once-per-tick); "" when it is free or expired by the
+  operator's own clock.
 - `lastRun`: the newest JobRun (tick, holder, start, end, outcome, fencingToken).
-- `lastScheduleTime`: once-per-tick, the newest claimed tick (the job Lease's high-water mark
-  or the newest JobRun that is not `Missed`); single-owner, the start of the newest ownership
-  term; every-replica, the latest tick of the schedule (its runs are not recorded).
+- `lastScheduleTime`: once-per-tick, the newest claimed tick (the newest JobRun that is not
+  `Missed`, or the shard Lease's high-water mark when it is one of the job's ticks);
+  single-owner, the start of the newest ownership term; every-replica, the latest tick of the
+  schedule (its runs are not recorded).
 - `nextScheduleTime`: the next tick; absent while suspended and for single-owner jobs.
 - `lastSuccessfulTime`: the end of the newest `Succeeded` run (never moves back when
   history is pruned). `missedRuns`: ticks (or single-owner gaps) the operator found missed.
@@ -24,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leasecron.models.names import format_tick
+from leasecron.models.shards import due_at
 from leasecron.operator import _conditions as c
 from leasecron.operator._facts import EVERY_REPLICA, SINGLE_OWNER, Invalid, JobFacts
 from leasecron.operator._observed import MISSED, SUCCEEDED, RunView, Snapshot
@@ -112,9 +115,12 @@ def last_schedule_time(facts: JobFacts, snapshot: Snapshot, ticks: TickWindow | 
         newest = _newest(started)
         return newest.start if newest else None
     candidates = [run.tick for run in started if run.tick is not None]
-    lease = snapshot.job_lease
-    if lease is not None and lease.record.tick is not None and lease.record.tick <= snapshot.now:
-        candidates.append(lease.record.tick)
+    lease = snapshot.grant if snapshot.shard_lease is not None else None
+    mark = lease.record.tick if lease is not None else None
+    # The shard's instant counts when it was one of this job's ticks.
+    schedule = facts.schedule
+    if mark is not None and mark <= snapshot.now and schedule and due_at(schedule, mark):
+        candidates.append(mark)
     return format_tick(max(candidates)) if candidates else None
 
 

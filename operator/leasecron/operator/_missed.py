@@ -7,14 +7,17 @@ What "missed" means, per bucket:
   LostLock, Unguarded, ...). A claim alone is not a run: a claim whose write landed while its
   reply was lost leaves the Lease saying "tick T is claimed" while nobody runs T. So tick T is
   missed when it has no JobRun and
-  - nobody claimed it by `T + startingDeadline` (for `coordination: Lock`, the job Lease's
-    tick annotation, the claim high-water mark, is below T), judged `JUDGE_GRACE` after the
-    deadline so that a claim made just before it has time to reach the operator's watch; or
-  - it was claimed (the high-water mark reached T), or it may have been (`coordination:
-    Leader` jobs have no per-tick claim on a Lease), but no JobRun for it has appeared by
-    `T + startingDeadline + record_grace`. Run records may arrive late (written off the start
-    path, retried); `record_grace` (the operator's `--run-record-grace`, default
-    `DEFAULT_RECORD_GRACE`) is how long the operator waits for one before it alarms.
+  - nobody claimed it by `T + startingDeadline`: the job's shard Lease (the group record's
+    shard count places the job on one of its group's shard Leases) records no instant at or
+    after T (its tick annotation, the claim high-water mark, is below T, and so is the group
+    record's floor), judged `JUDGE_GRACE` after the deadline so that a claim made just before
+    it has time to reach the operator's watch; or
+  - it was claimed (the shard Lease's high-water mark reached T) but no JobRun for it has
+    appeared by `T + startingDeadline + record_grace`. Run records may arrive late (written
+    off the start path, retried); `record_grace` (the operator's `--run-record-grace`,
+    default `DEFAULT_RECORD_GRACE`) is how long the operator waits for one before it alarms.
+    The alarm says so: the tick was claimed on that shard Lease and no run record appeared,
+    which is not the same as no replica claiming it.
   Each missed tick not yet recorded gets a `Missed` JobRun, a Warning Event and a count; a
   replica that holds the tick and records its run later takes that record over. `OnSchedule`
   is False while the latest due tick is missed and True again once a later tick has run; while
@@ -41,7 +44,7 @@ from leasecron.models.decisions import grant_live
 from leasecron.models.durations import format_duration
 from leasecron.models.names import format_tick, jobrun_name
 from leasecron.operator import _conditions as c
-from leasecron.operator._facts import EVERY_REPLICA, LOCK, SINGLE_OWNER, JobFacts
+from leasecron.operator._facts import EVERY_REPLICA, SINGLE_OWNER, JobFacts
 from leasecron.operator._observed import MISSED, RunView, Snapshot
 from leasecron.operator._ticks import TickWindow, advance, ticks_after
 
@@ -95,6 +98,8 @@ class Expectation:
     recorded_elsewhere: tuple[datetime, ...] = ()
     """Missed ticks a replica already recorded (its catch-up, or a claim whose grant ended
     before the tick started): no record to write, but the same alarm (Event and count)."""
+    shard_lease: str | None = None
+    """The shard Lease the job's ticks are claimed on (named in the messages)."""
 
 
 def initial_memory(
@@ -231,27 +236,28 @@ def _expect_owner(
     )
 
 
-def missed_message(facts: JobFacts, tick: datetime, *, claimed: bool, grace: timedelta) -> str:
-    """Why `tick` is missed, in the words of the condition, the Event and the JobRun."""
+def missed_message(
+    facts: JobFacts,
+    tick: datetime,
+    *,
+    claimed: bool,
+    grace: timedelta,
+    shard_lease: str | None = None,
+) -> str:
+    """Why `tick` is missed, in the words of the condition, the Event and the JobRun: claimed
+    on the shard Lease but never recorded, or never claimed at all."""
     deadline = format_duration(facts.starting_deadline)
+    on = f" on shard Lease {shard_lease}" if shard_lease else ""
     if claimed:
         return (
-            f"Tick {format_tick(tick)} was claimed but no run of it was recorded within "
-            f"startingDeadline {deadline} and the run-record grace {format_duration(grace)}."
+            f"Tick {format_tick(tick)} was claimed{on} but no run record appeared within "
+            f"startingDeadline {deadline} and the run-record grace {format_duration(grace)}: "
+            f"the replica that claimed it did not run it, or did not record the run."
         )
     return (
         f"Tick {format_tick(tick)} was not started within startingDeadline {deadline}: "
-        f"no replica of group {facts.group} claimed it."
+        f"no replica of group {facts.group} claimed it{on}."
     )
-
-
-def _maybe_claimed(facts: JobFacts, snapshot: Snapshot, tick: datetime) -> bool:
-    """Whether `tick` was, or may have been, claimed: for `coordination: Lock` the job
-    Lease's high-water mark reached it; a `Leader` job has no per-tick claim to look at."""
-    if facts.coordination != LOCK:
-        return True
-    lease = snapshot.job_lease
-    return lease is not None and lease.record.tick is not None and lease.record.tick >= tick
 
 
 def verdict(
@@ -267,7 +273,7 @@ def verdict(
     run = runs.get(jobrun_name(facts.ref.name, tick))
     if run is not None:
         return RECORDED_MISSED if run.outcome == MISSED else RAN
-    if not _maybe_claimed(facts, snapshot, tick):
+    if not snapshot.claimed(tick):
         return UNCLAIMED
     if snapshot.now < tick + facts.starting_deadline + record_grace:
         return PENDING
@@ -294,6 +300,7 @@ def _tick_condition(
     runs: dict[str, RunView],
     previous: dict[str, c.Condition],
     grace: timedelta,
+    shard_lease: str | None,
 ) -> c.Condition:
     deadline = format_duration(facts.starting_deadline)
     if seen == RAN:
@@ -303,17 +310,22 @@ def _tick_condition(
         before = previous.get(c.ON_SCHEDULE)
         if before is not None and before.reason in (c.REASON_ON_SCHEDULE, c.REASON_MISSED_RUN):
             return replace(before, observed_generation=facts.ref.generation)
+        on = f" on shard Lease {shard_lease}" if shard_lease else ""
         message = (
-            f"Tick {format_tick(due)} was claimed; its run record is awaited until "
+            f"Tick {format_tick(due)} was claimed{on}; its run record is awaited until "
             f"startingDeadline {deadline} and the run-record grace {format_duration(grace)} "
             f"have passed."
         )
         return _condition(facts, c.TRUE, c.REASON_AWAITING_RUN_RECORD, message)
     if seen == RECORDED_MISSED:
         run = runs[jobrun_name(facts.ref.name, due)]
-        message = run.message or missed_message(facts, due, claimed=False, grace=grace)
+        message = run.message or missed_message(
+            facts, due, claimed=False, grace=grace, shard_lease=shard_lease
+        )
     else:
-        message = missed_message(facts, due, claimed=seen == UNRUN_CLAIM, grace=grace)
+        message = missed_message(
+            facts, due, claimed=seen == UNRUN_CLAIM, grace=grace, shard_lease=shard_lease
+        )
     return _condition(facts, c.FALSE, c.REASON_MISSED_RUN, message)
 
 
@@ -363,7 +375,13 @@ def _expect_ticks(
     pending = tuple(tick for tick, v in sorted(seen.items()) if v == PENDING)
     memory = replace(memory, checked_through=due, pending=pending)
     condition = _tick_condition(
-        facts, due, due_seen, runs=runs, previous=previous, grace=record_grace
+        facts,
+        due,
+        due_seen,
+        runs=runs,
+        previous=previous,
+        grace=record_grace,
+        shard_lease=snapshot.shard_lease,
     )
     return Expectation(
         condition=condition,
@@ -374,4 +392,5 @@ def _expect_ticks(
         unrun_claims=frozenset(t for t in new_missed if seen[t] == UNRUN_CLAIM),
         record_grace=record_grace,
         recorded_elsewhere=recorded_elsewhere,
+        shard_lease=snapshot.shard_lease,
     )

@@ -124,10 +124,13 @@ def member_from_lease(obj: Mapping[str, Any], *, observed_at: float) -> Member:
 class Snapshot:
     """Everything the status logic reads for one job at one instant.
 
-    `job_lease` is the job's own Lease (its tick annotation is the claim high-water mark),
-    `grant` the Lease whose holder runs the job (the job Lease, or the group leader's for
-    `coordination: Leader`), `members` the member Leases of the job's group in its namespace,
-    live or not. `now` is wall time (ticks), `now_mono` the local monotonic clock (expiry).
+    `job_lease` is the job's own Lease (single-owner jobs), `grant` the Lease whose holder
+    runs the job: its own Lease, or for once-per-tick jobs the shard Lease named
+    `shard_lease` (the group record's shard count places the job on it), whose tick
+    annotation is the high-water mark of the instants claimed on it. `floor_tick` is the
+    group record's floor: instants at or before it were taken on the shard Leases of an
+    earlier count. `members` are the member Leases of the job's group in its namespace, live
+    or not. `now` is wall time (ticks), `now_mono` the local monotonic clock (expiry).
     """
 
     job_lease: Observation | None
@@ -136,6 +139,16 @@ class Snapshot:
     members: tuple[Member, ...]
     now: datetime
     now_mono: float
+    shard_lease: str | None = None
+    floor_tick: datetime | None = None
+
+    def claimed(self, tick: datetime) -> bool:
+        """Whether instant `tick` is taken on the job's shard Lease: its high-water mark (or
+        the group record's floor) is at or after it. A claim alone is no run."""
+        marks = [self.floor_tick]
+        if self.shard_lease is not None and self.grant is not None:
+            marks.append(self.grant.record.tick)
+        return any(mark is not None and mark >= tick for mark in marks)
 
     def grant_holder(self, *, fallback_s: float) -> str:
         """The holder of a live grant, "" when the Lease is free, expired or absent."""

@@ -301,6 +301,7 @@ class Reconciler:
                 tick,
                 claimed=tick in expectation.unrun_claims,
                 grace=expectation.record_grace,
+                shard_lease=expectation.shard_lease,
             )
             body = _bodies.missed_run(facts, tick=tick, now=self._clock.now(), message=message)
             try:

@@ -3,9 +3,15 @@ JobRuns kept by leasecron's own watch-fed `Informer`s, indexed so that one job's
 no request and no scan.
 
 Owns the caches and indexes, the mapping from a changed object to the jobs it affects (which
-it reports through `on_dirty`), and `snapshot()`. Leases are watched by the label
-`leasecron.dev/role` (job, leader and member Leases all carry it); JobRuns by
-`leasecron.dev/job`. A job Lease seen deleted is reported with its job's name and its last
+it reports through `on_dirty`), and `snapshot()`. Leases are watched by the existence of the
+label `leasecron.dev/role`, so every role is seen: job Leases (single-owner), shard Leases and
+group records (once-per-tick), member Leases; JobRuns by `leasecron.dev/job`.
+
+A once-per-tick job's ticks are claimed on one shard Lease of its group: the group record
+(`leasecron-group-<group>`, annotation `leasecron.dev/shards`) gives the shard count, or
+`DEFAULT_SHARDS` while the group has no readable record, and `models.groups.shard_ref` the
+Lease. A change of a shard Lease marks the jobs placed on it; a change of a group record marks
+every job of the group. A job Lease seen deleted is reported with its job's name and its last
 token (`on_lease_gone`), so that its token can be kept as a floor. Does not write anything:
 `_reconciler` does.
 """
@@ -24,7 +30,14 @@ from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
 from leasecron.models.clocks import Clock
 from leasecron.models.decisions import Observation
-from leasecron.models.leases import parse_lease
+from leasecron.models.groups import (
+    ROLE_GROUP,
+    GroupRecordError,
+    GroupState,
+    group_lease_name,
+    parse_group,
+)
+from leasecron.models.leases import lease_annotations, parse_lease
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
@@ -34,7 +47,7 @@ from leasecron.models.names import (
     VERSION,
     job_lease_name,
 )
-from leasecron.models.shards import gate_on
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.models.specs import job_label_value
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import (
@@ -47,8 +60,8 @@ from leasecron.operator._observed import (
 
 Key = tuple[str, str]
 """(namespace, name) of a ScheduledJob."""
-ROLE_LEADER = "leader"
 ROLE_JOB = "job"
+ROLE_SHARD = "shard"
 SCHEDULEDJOB_KIND = "ScheduledJob"
 LeaseGone = Callable[[str, str, int], None]
 """(namespace, job name, last fencing token) of a job Lease seen deleted."""
@@ -125,6 +138,8 @@ class World:
         self._by_label: dict[tuple[str, str], str] = {}
         self._run_index: dict[tuple[str, str], dict[str, RunView]] = defaultdict(dict)
         self._member_index: dict[tuple[str, str], dict[str, Member]] = defaultdict(dict)
+        self._placed: dict[Key, tuple[int, str]] = {}
+        """(shard count, shard Lease) each once-per-tick job was last placed on."""
         self._started: set[int] = set()
         for informer in self._leases.values():
             informer.subscribe(self._lease_event)
@@ -179,6 +194,7 @@ class World:
         namespace, name = key
         self.jobs.pop(key, None)
         self._facts.pop(key, None)
+        self._placed.pop(key, None)
         self._by_label.pop((namespace, job_label_value(name)), None)
         group = self._job_group.pop(key, None)
         if group is not None:
@@ -212,14 +228,28 @@ class World:
             return None
         return Observation(record=parse_lease(obj), observed_at=observed)
 
-    def shard_lease(self, namespace: str, facts: JobFacts) -> str | None:
-        """The shard Lease the job's own Lease hands its ticks to, if it does."""
+    def group_state(self, namespace: str, group: str) -> GroupState:
+        """What the group's record says; `DEFAULT_SHARDS` (and no floor) while the group has
+        no record or one that does not read (the replicas refuse to claim under one)."""
         informer = self._informer(self._leases, namespace)
-        if informer is None or facts.job_lease is None:
+        raw = informer.get(namespace, group_lease_name(group)) if informer is not None else None
+        if raw is not None:
+            try:
+                return parse_group(lease_annotations(raw))
+            except GroupRecordError:
+                pass
+        return GroupState(shards=DEFAULT_SHARDS)
+
+    def shard_lease(self, namespace: str, facts: JobFacts, state: GroupState) -> str | None:
+        """The shard Lease that claims a once-per-tick job's ticks under `state`."""
+        if not facts.sharded:
             return None
-        raw = informer.get(namespace, facts.job_lease)
-        gate = gate_on(raw, group=facts.group)
-        return gate.lease if gate is not None else None
+        key = (namespace, facts.ref.name)
+        placed = self._placed.get(key)
+        if placed is None or placed[0] != state.shards:
+            placed = (state.shards, state.ref(facts.group, facts.ref.name).lease)
+            self._placed[key] = placed
+        return placed[1]
 
     def run_object(self, namespace: str, name: str) -> dict[str, Any] | None:
         informer = self._informer(self._runs, namespace)
@@ -243,14 +273,25 @@ class World:
             else:
                 members[name] = member_from_lease(event.obj, observed_at=event.observed_at)
             self._dirty_group(namespace, group)
-        elif role == ROLE_LEADER:
+        elif role in (ROLE_GROUP, ROLE_SHARD) and not group:
+            self._dirty_all()
+        elif role == ROLE_GROUP:
             self._dirty_group(namespace, group)
+        elif role == ROLE_SHARD:
+            self._dirty_shard(namespace, group, name)
         else:
             job = self._by_label.get((namespace, str(labels.get(LABEL_JOB) or "")))
             if event.type == "DELETED" and role == ROLE_JOB:
                 self._lease_gone(namespace, job, event.obj)
             if job is not None and job_lease_name(job) == name:
                 self._on_dirty((namespace, job))
+
+    def _dirty_shard(self, namespace: str, group: str, lease: str) -> None:
+        """Mark the jobs placed on shard Lease `lease` (all of the group's until placed)."""
+        for name in list(self._by_group.get((namespace, group), ())):
+            placed = self._placed.get((namespace, name))
+            if placed is None or placed[1] == lease:
+                self._on_dirty((namespace, name))
 
     def _lease_gone(self, namespace: str, job: str | None, obj: Mapping[str, Any]) -> None:
         """Report a deleted job Lease with its job (its owner, else the cached job of its
@@ -298,13 +339,11 @@ class World:
         """Everything the status logic reads for one valid job, from the caches."""
         namespace = facts.ref.namespace
         job_lease = self.lease(namespace, facts.job_lease)
-        grant = job_lease if facts.grant_lease == facts.job_lease else None
-        if facts.grant_lease is not None and facts.grant_lease != facts.job_lease:
-            grant = self.lease(namespace, facts.grant_lease)
-        elif grant is not None:
-            # A job handed to a shard Lease is run by that Lease's holder.
-            shard = self.shard_lease(namespace, facts)
-            grant = self.lease(namespace, shard) if shard is not None else grant
+        grant, shard, floor_tick = job_lease, None, None
+        if facts.sharded:
+            state = self.group_state(namespace, facts.group)
+            shard, floor_tick = self.shard_lease(namespace, facts, state), state.floor_tick
+            grant = self.lease(namespace, shard)
         label = job_label_value(facts.ref.name)
         runs = self._run_index.get((namespace, label), {})
         members = self._member_index.get((namespace, facts.group), {})
@@ -315,4 +354,6 @@ class World:
             members=tuple(members.values()),
             now=now,
             now_mono=now_mono,
+            shard_lease=shard,
+            floor_tick=floor_tick,
         )

@@ -9,13 +9,8 @@ from typing import Any
 
 from leasecron.cli._inspect import lease_rows, run_rows
 from leasecron.cli._status import NO_OPERATOR, NO_STATUS, Cluster, status_rows
-from leasecron.models.shards import (
-    ANNOTATION_SHARDED,
-    ShardGate,
-    ShardRef,
-    format_gate,
-    shard_lease_name,
-)
+from leasecron.models.groups import group_lease_name, shard_ref
+from leasecron.models.shards import DEFAULT_SHARDS
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -75,12 +70,13 @@ def jobrun(
     }
 
 
+REPORT_SHARD = shard_ref("default", "report", shards=DEFAULT_SHARDS).lease
 REPORT_LEASE = lease(
-    "leasecron-job-report",
-    role="job",
+    REPORT_SHARD,
+    role="shard",
     holder="web-1",
     transitions=7,
-    labels={"leasecron.dev/job": "report"},
+    labels={"leasecron.dev/group": "default"},
     annotations={"leasecron.dev/tick": "2026-03-01T11:55:00Z"},
 )
 MEMBERS = [
@@ -121,48 +117,45 @@ def test_with_a_live_operator_its_status_is_shown_and_only_unwritten_jobs_fall_b
 
 
 def test_an_expired_grant_has_no_holder_in_the_fallback() -> None:
-    stale = lease(
-        "leasecron-job-report", role="job", holder="web-9", renewed="2026-03-01T11:00:00.000000Z"
-    )
+    stale = lease(REPORT_SHARD, role="shard", holder="web-9", renewed="2026-03-01T11:00:00.000000Z")
     [row], _ = status_rows(
         [job("report")], now=NOW, with_namespace=False, cluster=Cluster(leases=[stale])
     )
     assert row[2] == "-"
 
 
-def test_a_sharded_job_is_held_by_the_holder_of_the_shard_lease_its_own_lease_names() -> None:
-    shard = shard_lease_name("default", 3, shards=16)
-    gate = ShardGate(
-        ref=ShardRef(lease=shard, shard=3, shards=16),
-        start=datetime(2026, 3, 1, 11, 0, tzinfo=UTC),
+def test_a_once_per_tick_job_is_held_by_the_shard_lease_its_group_record_places_it_on() -> None:
+    record = lease(
+        group_lease_name("default"),
+        role="group",
+        labels={"leasecron.dev/group": "default"},
+        annotations={"leasecron.dev/shards": "4"},
     )
-    own = lease(
-        "leasecron-job-report",
-        role="job",
-        labels={"leasecron.dev/job": "report"},
-        annotations={ANNOTATION_SHARDED: format_gate(gate)},
-    )
-    held = lease(shard, role="shard", holder="web-2", duration=10)
-    cluster = Cluster(leases=[own, held, *MEMBERS], runs=RUNS)
+    placed = shard_ref("default", "report", shards=4).lease
+    held = lease(placed, role="shard", holder="web-2", duration=10)
+    cluster = Cluster(leases=[record, held, REPORT_LEASE, *MEMBERS], runs=RUNS)
     [row], _ = status_rows([job("report")], now=NOW, with_namespace=False, cluster=cluster)
     assert row[2] == "web-2"
-    # A gate naming a Lease that is no shard Lease of the job's group is not followed.
-    other = lease("leasecron-job-other", role="job", holder="web-1")
-    corrupt = ShardGate(ref=ShardRef(lease="leasecron-job-other", shard=3, shards=16), start=NOW)
-    bad = {
-        **own,
-        "metadata": {**own["metadata"], "annotations": {ANNOTATION_SHARDED: format_gate(corrupt)}},
-    }
-    cluster = Cluster(leases=[bad, other, *MEMBERS], runs=RUNS)
+    # Without a readable record the default shard count places it.
+    broken = {**record, "metadata": {**record["metadata"], "annotations": {}}}
+    cluster = Cluster(leases=[broken, held, REPORT_LEASE, *MEMBERS], runs=RUNS)
     [row], _ = status_rows([job("report")], now=NOW, with_namespace=False, cluster=cluster)
-    assert row[2] == "-"
+    assert row[2] == "web-1"
 
 
 def test_leases_show_role_job_holder_token_expiry_and_tick() -> None:
     free = lease(
-        "leasecron-leader-default", role="leader", labels={"leasecron.dev/group": "default"}
+        "leasecron-shard-default-16-0", role="shard", labels={"leasecron.dev/group": "default"}
     )
-    rows = lease_rows([REPORT_LEASE, free], now=NOW, with_namespace=False, wide=True)
+    owner = lease(
+        "leasecron-job-report",
+        role="job",
+        holder="web-1",
+        transitions=7,
+        labels={"leasecron.dev/job": "report"},
+        annotations={"leasecron.dev/tick": "2026-03-01T11:55:00Z"},
+    )
+    rows = lease_rows([owner, free], now=NOW, with_namespace=False, wide=True)
     assert rows == [
         [
             "leasecron-job-report",
@@ -176,7 +169,18 @@ def test_leases_show_role_job_holder_token_expiry_and_tick() -> None:
             "5s ago",
             "15s",
         ],
-        ["leasecron-leader-default", "leader", "default", "-", "0", "free", "-", "-", "-", "15s"],
+        [
+            "leasecron-shard-default-16-0",
+            "shard",
+            "default",
+            "-",
+            "0",
+            "free",
+            "-",
+            "-",
+            "-",
+            "15s",
+        ],
     ]
 
 

@@ -8,14 +8,18 @@ from typing import Any
 
 from leasecron.models.clocks import FakeClock
 from leasecron.models.decisions import Observation
+from leasecron.models.groups import shard_ref
 from leasecron.models.leases import LeaseRecord
 from leasecron.models.names import jobrun_name, member_lease_name
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import Member, RunView, Snapshot
 from leasecron.operator._ticks import TickWindow, advance
 
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = START - timedelta(hours=1)
+SHARD_LEASE = shard_ref("billing-api", "report", shards=DEFAULT_SHARDS).lease
+"""The shard Lease that claims the ticks of the default job (`report` of `billing-api`)."""
 
 
 def clock() -> FakeClock:
@@ -65,7 +69,7 @@ def invalid(**kwargs: Any) -> Invalid:
 
 def lease(
     *,
-    name: str = "leasecron-job-report",
+    name: str = SHARD_LEASE,
     holder: str = "",
     tick: datetime | None = None,
     duration: int | None = 15,
@@ -134,16 +138,25 @@ def snapshot(
     at: FakeClock,
     *,
     job_lease: Observation | None = None,
+    shard: Observation | None = None,
     grant: Observation | None = None,
     runs: tuple[RunView, ...] = (),
     members: tuple[Member, ...] = (),
     same_lease: bool = True,
+    floor_tick: datetime | None = None,
 ) -> Snapshot:
+    """A snapshot; `shard` is a once-per-tick job's shard Lease (then also its grant)."""
+    if shard is not None:
+        grant = shard
+    elif grant is None and same_lease:
+        grant = job_lease
     return Snapshot(
         job_lease=job_lease,
-        grant=grant if grant is not None or not same_lease else job_lease,
+        grant=grant,
         runs=runs,
         members=members,
         now=at.now(),
         now_mono=at.monotonic(),
+        shard_lease=shard.record.name if shard is not None else None,
+        floor_tick=floor_tick,
     )

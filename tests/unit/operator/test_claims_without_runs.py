@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from operator_builders import START, clock, facts, lease, run, snapshot
+from operator_builders import SHARD_LEASE, START, clock, facts, lease, run, snapshot
 
 from leasecron.models.clocks import FakeClock
 from leasecron.operator import _conditions as c
@@ -46,7 +46,7 @@ def judge(
         claim = lease(tick=claimed_through, observed_at=at.monotonic())
     return expect(
         facts(**job),  # type: ignore[arg-type]
-        snapshot(at, job_lease=claim, runs=runs),
+        snapshot(at, shard=claim, runs=runs),
         memory,
         previous or {},
         record_grace=GRACE,
@@ -99,8 +99,18 @@ def test_a_claimed_latest_due_tick_without_a_run_turns_on_schedule_false() -> No
     assert result.new_missed == (due,)
     assert result.unrun_claims == frozenset({due})
     assert (result.condition.status, result.condition.reason) == (c.FALSE, c.REASON_MISSED_RUN)
-    assert "claimed but no run of it was recorded" in result.condition.message
-    assert "startingDeadline 3s and the run-record grace 10s" in result.condition.message
+    message = result.condition.message
+    assert f"was claimed on shard Lease {SHARD_LEASE} but no run record appeared" in message
+    assert "startingDeadline 3s and the run-record grace 10s" in message
+
+
+def test_an_unclaimed_tick_is_alarmed_as_never_claimed_not_as_claimed_without_a_record() -> None:
+    at = clock()
+    result = judge(at, steady(), claimed_through=DUE - timedelta(seconds=2))
+    assert result.new_missed == (DUE,)
+    assert result.unrun_claims == frozenset()
+    assert "no replica of group billing-api claimed it on shard Lease" in result.condition.message
+    assert "claimed on shard Lease" not in result.condition.message
 
 
 def test_a_run_record_that_arrives_late_but_within_the_grace_raises_nothing() -> None:
@@ -146,13 +156,16 @@ def test_a_pending_tick_is_remembered_however_many_ticks_follow_it() -> None:
     assert missed == (DUE,)
 
 
-def test_a_leader_job_has_no_claim_to_look_at_so_each_tick_waits_for_its_record() -> None:
-    at = clock()
-    result = judge(at, steady(coordination="Leader"), claimed_through=None, coordination="Leader")
+def test_a_tick_at_or_before_the_group_records_floor_counts_as_claimed_and_waits() -> None:
+    at = clock()  # the group's shard count changed: the old shard Leases claimed DUE
+    job = facts()
+    view = snapshot(at, shard=lease(tick=None, observed_at=at.monotonic()), floor_tick=DUE)
+    result = expect(job, view, steady(), {}, record_grace=GRACE)
     assert result.new_missed == ()
     assert result.memory.pending == (DUE,)
     at.advance(GRACE.total_seconds())
-    later = judge(at, result.memory, claimed_through=None, coordination="Leader")
+    view = snapshot(at, shard=lease(tick=None, observed_at=at.monotonic()), floor_tick=DUE)
+    later = expect(job, view, result.memory, {}, record_grace=GRACE)
     assert DUE in later.new_missed
     assert DUE in later.unrun_claims
 
@@ -185,7 +198,7 @@ def test_runs_whose_tick_may_still_be_judged_are_not_pruned() -> None:
     at = clock()
     job = facts(history={"succeeded": 1, "failed": 1})
     runs = tuple(run(START - timedelta(seconds=2 * i), "Succeeded") for i in range(20))
-    view = snapshot(at, job_lease=lease(tick=START, observed_at=at.monotonic()), runs=runs)
+    view = snapshot(at, shard=lease(tick=START, observed_at=at.monotonic()), runs=runs)
     plan = plan_job(job, view, memory_for(), previous={}, record_grace=GRACE)
     horizon = START - timedelta(seconds=3 + 1) - GRACE
     assert plan.history.prune
@@ -199,7 +212,7 @@ def test_the_recheck_comes_when_a_pending_tick_runs_out_of_grace() -> None:
     due = START - timedelta(hours=1)  # judged again at START + 4s, when 12:00 is due
     memory = memory_for(checked_through=due, schedule="@every 1h")
     memory = replace(memory, pending=(due,))
-    view = snapshot(at, job_lease=lease(tick=due, observed_at=at.monotonic()))
+    view = snapshot(at, shard=lease(tick=due, observed_at=at.monotonic()))
     plan = plan_job(job, view, memory, previous={}, record_grace=timedelta(hours=1))
     assert plan.expectation.memory.pending == (due,)
     assert plan.recheck_at == at.monotonic() + 3  # due + 3s + 1h

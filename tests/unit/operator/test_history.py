@@ -19,7 +19,7 @@ def test_a_running_run_whose_holder_lost_its_grant_and_member_lease_is_abandoned
     going = run(START - timedelta(seconds=30), "Running", holder="replica-a")
     grant = lease(holder="replica-a", duration=5, observed_at=at.monotonic())
     at.advance(6)  # the grant was never renewed: expired by our own clock
-    assert abandoned_runs(facts(), snapshot(at, job_lease=grant, runs=(going,))) == [going]
+    assert abandoned_runs(facts(), snapshot(at, shard=grant, runs=(going,))) == [going]
 
 
 def test_a_running_run_whose_holder_still_holds_the_grant_is_not_abandoned() -> None:
@@ -27,7 +27,7 @@ def test_a_running_run_whose_holder_still_holds_the_grant_is_not_abandoned() -> 
     going = run(START - timedelta(seconds=30), "Running", holder="replica-a")
     grant = lease(holder="replica-a", duration=15, observed_at=at.monotonic())
     at.advance(5)
-    assert abandoned_runs(facts(), snapshot(at, job_lease=grant, runs=(going,))) == []
+    assert abandoned_runs(facts(), snapshot(at, shard=grant, runs=(going,))) == []
 
 
 def test_a_running_run_whose_holder_is_still_a_live_member_is_left_to_its_holder() -> None:
@@ -35,7 +35,7 @@ def test_a_running_run_whose_holder_is_still_a_live_member_is_left_to_its_holder
     going = run(START - timedelta(seconds=30), "Running", holder="replica-a")
     grant = lease(holder="replica-b", observed_at=at.monotonic())
     alive = (member("replica-a", expires_at=at.monotonic() + 10),)
-    view = snapshot(at, job_lease=grant, runs=(going,), members=alive)
+    view = snapshot(at, shard=grant, runs=(going,), members=alive)
     assert abandoned_runs(facts(), view) == []
 
 

@@ -101,7 +101,7 @@ def test_status_mirrors_holder_last_run_and_schedule_times() -> None:
     )
     status = desired_status(
         facts=facts(),
-        snapshot=snapshot(at, job_lease=grant, runs=runs),
+        snapshot=snapshot(at, shard=grant, runs=runs),
         previous={},
         on_schedule=on_time(),
         missed_runs=2,
@@ -127,7 +127,7 @@ def test_the_holder_is_empty_once_the_grant_expired_by_the_operators_clock() -> 
     at.advance(5)
     status = desired_status(
         facts=facts(),
-        snapshot=snapshot(at, job_lease=grant),
+        snapshot=snapshot(at, shard=grant),
         previous={},
         on_schedule=on_time(),
         missed_runs=0,
@@ -241,3 +241,30 @@ def test_an_election_margin_under_one_second_is_invalid_spec_naming_the_field() 
     assert "spec.election.renewDeadline: '2500ms'" in valid.message
     assert "spec.election.leaseDuration ('3s')" in valid.message
     assert "client-go" in valid.message
+
+
+def test_a_stored_job_that_still_sets_the_removed_coordination_is_invalid_removed_field() -> None:
+    found = invalid(coordination="Leader")
+    assert found.reason == c.REASON_REMOVED_FIELD
+    assert "spec.coordination: 'Leader' was removed: every once-per-tick job is claimed" in (
+        found.message
+    )
+    status = invalid_status(invalid=found, previous={}, now=START)
+    valid = next(x for x in status["conditions"] if x["type"] == c.VALID)
+    assert (valid["status"], valid["reason"]) == ("False", "RemovedField")
+
+
+def test_the_shard_leases_high_water_mark_is_the_last_schedule_time_only_when_it_is_a_tick() -> (
+    None
+):
+    at = clock()
+    for mark, expected in ((START, "2026-03-01T12:00:00Z"), (START - timedelta(seconds=1), None)):
+        status = desired_status(
+            facts=facts(),
+            snapshot=snapshot(at, shard=lease(holder="replica-a", tick=mark, observed_at=0)),
+            previous={},
+            on_schedule=on_time(),
+            missed_runs=0,
+            ticks=window(facts(), at),
+        )
+        assert status["lastScheduleTime"] == expected

@@ -13,22 +13,26 @@ def memory_for(job):  # type: ignore[no-untyped-def]
     return initial_memory(job, previous={}, now=START, now_mono=5000.0, observed_generation=1)
 
 
-def test_a_coordinated_job_without_a_lease_gets_one_created() -> None:
+OWNER = {"bucket": "single-owner", "schedule": None}
+
+
+def test_a_single_owner_job_without_a_lease_gets_one_created() -> None:
     at = clock()
-    job = facts()
+    job = facts(**OWNER)
     assert plan_job(job, snapshot(at), memory_for(job), previous={}).create_lease
 
 
-def test_a_coordinated_job_whose_lease_exists_gets_none() -> None:
+def test_a_single_owner_job_whose_lease_exists_gets_none() -> None:
     at = clock()
-    job = facts()
-    view = snapshot(at, job_lease=lease(observed_at=at.monotonic()))
+    job = facts(**OWNER)
+    view = snapshot(at, job_lease=lease(name="leasecron-job-report", observed_at=at.monotonic()))
     assert not plan_job(job, view, memory_for(job), previous={}).create_lease
 
 
-def test_every_replica_and_leader_coordinated_jobs_have_no_lease_of_their_own() -> None:
-    at = clock()
-    for job in (facts(bucket="every-replica"), facts(coordination="Leader")):
+def test_every_replica_and_once_per_tick_jobs_have_no_lease_of_their_own() -> None:
+    at = clock()  # once-per-tick ticks are claimed on the group's shard Leases
+    for job in (facts(bucket="every-replica"), facts()):
+        assert job.job_lease is None
         assert not plan_job(job, snapshot(at), memory_for(job), previous={}).create_lease
 
 

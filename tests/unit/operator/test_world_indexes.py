@@ -10,7 +10,10 @@ from operator_builders import START, clock, job_object
 
 from leasecron.kube.clients import Kube
 from leasecron.kube.watches import WatchEvent
+from leasecron.models.groups import group_lease_name, shard_ref
 from leasecron.models.names import jobrun_name
+from leasecron.models.shards import DEFAULT_SHARDS
+from leasecron.operator._facts import JobFacts
 from leasecron.operator._world import Key, World
 
 
@@ -125,3 +128,58 @@ def test_a_deleted_job_lease_is_reported_with_its_owner_and_last_token() -> None
         cache._lease_event(event("MODIFIED", obj))
         cache._lease_event(event("DELETED", obj))
     assert gone == [("billing", "report", 7)]  # a Lease that never granted has no floor
+
+
+def shard_lease(name: str, *, holder: str = "replica-a", tick: str | None = None) -> dict[str, Any]:
+    obj = lease(name, **{"leasecron.dev/role": "shard", "leasecron.dev/group": "billing-api"})
+    obj["spec"]["holderIdentity"] = holder
+    if tick is not None:
+        obj["metadata"]["annotations"]["leasecron.dev/tick"] = tick
+    return obj
+
+
+def group_record(shards: int) -> dict[str, Any]:
+    obj = lease(
+        group_lease_name("billing-api"),
+        **{"leasecron.dev/role": "group", "leasecron.dev/group": "billing-api"},
+    )
+    obj["metadata"]["annotations"] = {"leasecron.dev/shards": str(shards)}
+    return obj
+
+
+def test_a_once_per_tick_job_is_placed_on_the_shard_lease_its_group_record_counts() -> None:
+    cache, _ = world()
+    cache.upsert_job(job_object("a"))
+    facts = cache.facts(("billing", "a"))
+    assert isinstance(facts, JobFacts)
+    view = cache.snapshot(facts, now=START, now_mono=101.0)
+    assert view.shard_lease == shard_ref("billing-api", "a", shards=DEFAULT_SHARDS).lease
+    cache._leases["billing"]._apply("ADDED", group_record(1))
+    view = cache.snapshot(facts, now=START, now_mono=101.0)
+    assert view.shard_lease == shard_ref("billing-api", "a", shards=1).lease
+
+
+def test_a_shard_lease_marks_only_the_jobs_placed_on_it_and_its_holder_runs_them() -> None:
+    cache, marked = world()
+    names = [f"job-{i}" for i in range(40)]
+    for name in names:
+        cache.upsert_job(job_object(name))
+    for name in names:  # placed by their first snapshot
+        cache.snapshot(cache.facts(("billing", name)), now=START, now_mono=101.0)  # type: ignore[arg-type]
+    marked.clear()
+    target = shard_ref("billing-api", "job-0", shards=DEFAULT_SHARDS).lease
+    cache._lease_event(event("MODIFIED", shard_lease(target, tick="2026-03-01T12:00:00Z")))
+    expected = [
+        n for n in names if shard_ref("billing-api", n, shards=DEFAULT_SHARDS).lease == target
+    ]
+    assert sorted(marked) == sorted(("billing", n) for n in expected)
+    assert len(expected) < len(names)
+
+
+def test_a_group_record_marks_every_job_of_its_group() -> None:
+    cache, marked = world()
+    cache.upsert_job(job_object("a"))
+    cache.upsert_job(job_object("other", group="elsewhere"))
+    marked.clear()
+    cache._lease_event(event("MODIFIED", group_record(4)))
+    assert marked == [("billing", "a")]
