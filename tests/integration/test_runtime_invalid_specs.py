@@ -53,6 +53,21 @@ def test_the_api_server_refuses_what_the_crd_can_check(
     assert named in str(refused.value.body)
 
 
+@pytest.mark.parametrize("value", ["Lock", "Leader"])
+def test_the_api_server_refuses_the_removed_coordination_field_naming_field_and_value(
+    kube_api: Any, namespace: str, leasecron_crds: list[str], value: str
+) -> None:
+    manifest = scheduled_job("old", schedule="@every 1s", coordination=value)
+    with pytest.raises(client.ApiException) as refused:
+        client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+            "leasecron.dev", "v1alpha1", namespace, "scheduledjobs", manifest
+        )
+    assert refused.value.status == 422
+    body = str(refused.value.body)
+    assert f"spec.coordination ({value}) was removed" in body
+    assert "claimed through its group" in body
+
+
 def test_the_api_server_refuses_an_election_margin_under_one_second_naming_both_values(
     kube_api: Any, namespace: str, leasecron_crds: list[str]
 ) -> None:
