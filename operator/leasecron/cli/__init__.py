@@ -22,6 +22,7 @@ _COMMANDS: dict[str, str] = {
     "status": "leasecron.cli._status:status",
     "leases": "leasecron.cli._inspect:leases",
     "runs": "leasecron.cli._inspect:runs",
+    "shards": "leasecron.cli._shards:shards",
     "validate": "leasecron.cli._validate:validate",
     "demo": "leasecron.cli._demo:demo",
     "cluster": "leasecron.cli._cluster:cluster",
