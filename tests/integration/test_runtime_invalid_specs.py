@@ -53,7 +53,7 @@ def test_the_api_server_refuses_what_the_crd_can_check(
     assert named in str(refused.value.body)
 
 
-@pytest.mark.parametrize("value", ["Lock", "Leader"])
+@pytest.mark.parametrize("value", ["Leader", "Anything"])
 def test_the_api_server_refuses_the_removed_coordination_field_naming_field_and_value(
     kube_api: Any, namespace: str, leasecron_crds: list[str], value: str
 ) -> None:
@@ -66,6 +66,15 @@ def test_the_api_server_refuses_the_removed_coordination_field_naming_field_and_
     body = str(refused.value.body)
     assert f"spec.coordination ({value}) was removed" in body
     assert "claimed through its group" in body
+
+
+def test_the_api_server_accepts_coordination_lock_the_old_default(
+    kube_api: Any, namespace: str, leasecron_crds: list[str]
+) -> None:
+    manifest = scheduled_job("kept", schedule="@every 1s", coordination="Lock")
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        "leasecron.dev", "v1alpha1", namespace, "scheduledjobs", manifest
+    )
 
 
 def test_the_api_server_refuses_an_election_margin_under_one_second_naming_both_values(

@@ -1,7 +1,7 @@
-"""Several schedulers of one group (in one process, as separate replicas): once-per-tick jobs
-with `coordination: Leader` run on the group's leader only and move with the leadership, and
-single-owner jobs go to their rendezvous-preferred replica, spreading over the replicas instead
-of piling onto the first."""
+"""Several schedulers of one group (in one process, as separate replicas): the once-per-tick
+jobs of a group with one shard (one claim per instant for all of them) go on when the replica
+that claimed them stops, with a growing token, and single-owner jobs go to their
+rendezvous-preferred replica, spreading over the replicas instead of piling onto the first."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from leasecron.kube.clients import Kube
 from leasecron.models.decisions import rendezvous_rank
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
-from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
+from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
@@ -46,34 +46,41 @@ def wait_members(api: Any, namespace: str, count: int) -> None:
         time.sleep(0.05)
 
 
-def test_leader_coordinated_ticks_run_on_the_group_leader_and_follow_it(
-    replicas: list[Scheduler], kube_api: Any, namespace: str
+def test_a_one_shard_group_claims_each_instant_once_and_goes_on_when_a_replica_stops(
+    kube: Kube, kube_api: Any, namespace: str
 ) -> None:
     capture = CapturingHandler()
-    a, b = replicas[:2]
+    a, b = (
+        Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=1)
+        for _ in range(2)
+    )
     for scheduler in (a, b):
         scheduler.register("led", capture)
-    manifest = scheduled_job("led", coordination="Leader", election=ELECTION)
-    apply_manifests(kube_api, [manifest], namespace=namespace)
+    manifests = [scheduled_job(name, handler="led") for name in ("led-a", "led-b")]
+    apply_manifests(kube_api, manifests, namespace=namespace)
     a.start()
     b.start()
-    assert capture.wait_calls(3)
-    first = {ctx.holder for ctx in capture.contexts}
-    assert len(first) == 1
-    leader = a if a.identity in first else b
-    leader.stop()
-    before = capture.calls
-    assert capture.wait_calls(before + 3)
+    try:
+        assert capture.wait_calls(6)
+        # One claim per instant: both jobs due at one instant run under one token.
+        tokens: dict[Any, set[int | None]] = {}
+        for ctx in list(capture.contexts):
+            tokens.setdefault(ctx.tick, set()).add(ctx.token)
+        assert all(len(t) == 1 for t in tokens.values()), tokens
+        first = capture.contexts[0].holder
+        stopped = a if a.identity == first else b
+        stopped.stop()
+        before = capture.calls
+        assert capture.wait_calls(before + 6)
+    finally:
+        a.stop()
+        b.stop()
     after = capture.contexts[before:]
-    follower = b if leader is a else a
-    assert {ctx.holder for ctx in after[1:]} == {follower.identity}
+    survivor = b if stopped is a else a
+    assert {ctx.holder for ctx in after[2:]} == {survivor.identity}
     assert max(c.token or 0 for c in after) > max(c.token or 0 for c in capture.contexts[:before])
-    ticks = [ctx.tick for ctx in capture.contexts]
+    ticks = [(ctx.job, ctx.tick) for ctx in capture.contexts]
     assert len(ticks) == len(set(ticks)), "a tick ran twice"
-    runs = wait_for_jobruns(
-        kube_api, namespace=namespace, until=lambda items: len(items) >= capture.calls
-    )
-    assert {r["spec"]["holder"] for r in runs} == {a.identity, b.identity}
 
 
 def test_single_owner_jobs_go_to_their_rendezvous_preferred_replica(

@@ -24,7 +24,13 @@ import click
 import yaml
 
 from leasecron.models.names import GROUP
-from leasecron.models.specs import MISSING, FieldProblem, SpecError, validate_resource
+from leasecron.models.specs import (
+    KEPT_VALUES,
+    MISSING,
+    FieldProblem,
+    SpecError,
+    validate_resource,
+)
 
 Verdict = Literal["ok", "invalid", "skipped", "unreadable"]
 
@@ -132,9 +138,17 @@ def _is_leasecron(document: Mapping[str, Any]) -> bool:
 
 def _warnings(document: Mapping[str, Any]) -> tuple[str, ...]:
     spec = document.get("spec")
-    if not isinstance(spec, Mapping) or spec.get("bucket") != "every-replica":
+    if not isinstance(spec, Mapping):
         return ()
-    return tuple(
+    kept = tuple(
+        f"spec.{key} ({value}) is ignored: every once-per-tick job is claimed that way now; "
+        "delete the field"
+        for key, value in KEPT_VALUES.items()
+        if spec.get(key) == value
+    )
+    if spec.get("bucket") != "every-replica":
+        return kept
+    return kept + tuple(
         f"spec.{key} is ignored on an every-replica job: {why}"
         for key, why in _COORDINATION_ONLY.items()
         if key in spec

@@ -29,6 +29,7 @@ from leasecron.models._schema import Schema
 from leasecron.models._status import CONDITION_REASON_PATTERN, Condition, LastRun
 from leasecron.models.names import JOBRUN_PLURAL, SCHEDULEDJOB_PLURAL
 from leasecron.models.specs import (
+    KEPT_VALUES,
     REMOVED_FIELDS,
     Bucket,
     CatchUpPolicy,
@@ -108,14 +109,21 @@ def _removed(field: str) -> Schema:
     return {
         "type": "string",
         "maxLength": 1024,
-        "description": f"Refused if set. This field {REMOVED_FIELDS[field]}.",
+        "description": f"Refused if set{_kept(field)}. This field {REMOVED_FIELDS[field]}.",
     }
+
+
+def _kept(field: str) -> str:
+    kept = KEPT_VALUES.get(field)
+    return f" to anything but {kept} (accepted and ignored)" if kept else ""
 
 
 def _refuse_removed(field: str) -> Schema:
     message = REMOVED_FIELDS[field].replace("'", "\\'")
+    kept = KEPT_VALUES.get(field)
+    allowed = f" || self.{field} == '{kept}'" if kept else ""
     return s.rule(
-        f"!has(self.{field})",
+        f"!has(self.{field}){allowed}",
         f"spec.{field} {REMOVED_FIELDS[field]}",
         field_path=f".{field}",
         message_expression=f"'spec.{field} (' + self.{field} + ') {message}'",

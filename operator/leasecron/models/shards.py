@@ -21,17 +21,17 @@ from leasecron.models.names import dns_name, format_tick, parse_tick
 from leasecron.models.schedules import Schedule
 
 DEFAULT_SHARDS = 16
-"""Shards per group unless the Scheduler is given another count (0: no shards)."""
+"""Shards of a group whose record does not exist yet, unless the Scheduler is given another
+count (the group record's count, once written, is what every replica follows)."""
 MAX_SHARDS = 1024
 LABEL_SHARD = "leasecron.dev/shard"
 _EPSILON = timedelta(microseconds=1)
 
 
 def check_shards(shards: int) -> int:
-    """`shards` when it is a valid shard count (0 turns shard claims off), else ValueError
-    naming the value."""
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 0 <= shards <= MAX_SHARDS:
-        raise ValueError(f"shards ({shards!r}) must be a whole number from 0 to {MAX_SHARDS}")
+    """`shards` when it is a valid shard count, else ValueError naming the value."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards ({shards!r}) must be a whole number from 1 to {MAX_SHARDS}")
     return shards
 
 

@@ -97,6 +97,11 @@ REMOVED_FIELDS: Mapping[str, str] = {
 }
 """Fields of `spec` that earlier versions had and that no longer mean anything: refused
 with a message that says what to do instead, never silently ignored or reinterpreted."""
+KEPT_VALUES: Mapping[str, str] = {"coordination": "Lock"}
+"""The one value of a removed field that still means exactly what it meant (`Lock`, the old
+default: each tick claimed by one replica, which is what the claim engine does for every
+once-per-tick job). Accepted and ignored, so that objects stored with the old default keep
+running; `leasecron validate` warns that it can be deleted."""
 
 
 class ScheduledJobSpec(ResourceModel):
@@ -293,10 +298,8 @@ def _removed_fields(spec_data: object) -> tuple[list[FieldProblem], object]:
     problems = [
         FieldProblem(path=f"spec.{key}", value=spec_data[key], message=message)
         for key, message in REMOVED_FIELDS.items()
-        if key in spec_data
+        if key in spec_data and spec_data[key] != KEPT_VALUES.get(key)
     ]
-    if not problems:
-        return [], spec_data
     return problems, {k: v for k, v in spec_data.items() if k not in REMOVED_FIELDS}
 
 

@@ -2,12 +2,12 @@
 
 Owns the lifetime of everything a running scheduler holds: the Kube client (when it made it),
 the watch-fed caches (the namespace's ScheduledJobs and coordination Leases, the group's
-member Leases), this replica's member Lease, the handler thread pool, the group leader and
-the job workers. Startup waits for the API server while it cannot be reached (or its CRDs
-are not there yet) and fails on anything else. Shutdown, in order: no new ticks, the member
-Lease deleted, every worker stopped concurrently (running handlers finish or are stopped
-within the grace period, Leases released), the caches closed. It does not install signal
-handlers or threads: `Scheduler` does.
+member Leases), this replica's member Lease, the handler thread pool and the job workers
+(the claim engine among them). Startup waits for the API server while it cannot be reached
+(or its CRDs are not there yet) and fails on anything else. Shutdown, in order: no new
+ticks, the member Lease deleted, every worker stopped concurrently (running handlers finish
+or are stopped within the grace period, Leases released), the caches closed. It does not
+install signal handlers or threads: `Scheduler` does.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from leasecron.models.clocks import Clock
 from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._jobs import JobTable
-from leasecron.runtime._leader import GroupLeader
 from leasecron.runtime._membership import Membership
 from leasecron.runtime._records import Recorder
 from leasecron.runtime._registry import HandlerRegistry
@@ -124,8 +123,7 @@ class Runtime:
         jobs_informer = ScheduledJobStore(services.kube).informer(
             namespace=services.namespace, clock=services.clock
         )
-        leader = GroupLeader(services)
-        table = self.table = JobTable(services, leader)
+        table = self.table = JobTable(services)
         unsubscribe = jobs_informer.subscribe(table.on_event)
         loop = asyncio.get_running_loop()
 
@@ -153,7 +151,7 @@ class Runtime:
         finally:
             forget()
             unsubscribe()
-            await self._shutdown(services, table, leader, jobs_informer)
+            await self._shutdown(services, table, jobs_informer)
 
     async def _start(
         self,
@@ -190,13 +188,10 @@ class Runtime:
                 continue
         return True
 
-    async def _shutdown(
-        self, services: Services, table: JobTable, leader: GroupLeader, jobs_informer: Informer
-    ) -> None:
+    async def _shutdown(self, services: Services, table: JobTable, jobs_informer: Informer) -> None:
         _log.info("scheduler stopping", group=services.group, holder=services.identity)
         await services.membership.stop()
         await table.close(StopReason.STOPPING)
-        await leader.close()
         await jobs_informer.stop()
         await services.lease_cache.stop()
         _log.info("scheduler stopped", group=services.group, holder=services.identity)

@@ -16,6 +16,7 @@ import functools
 import inspect
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -46,6 +47,13 @@ class HandlerEnd:
     interrupted: bool
     abandoned: bool
     duration: float
+    late: bool = False
+    """The handler was never called: it could not start before its start-by time (for
+    instance behind a full thread pool), so the tick counts as missed."""
+
+
+class _TooLate(Exception):
+    """Raised instead of calling a handler past its start-by time."""
 
 
 def log_fields(ctx: JobContext) -> dict[str, Any]:
@@ -63,9 +71,17 @@ class HandlerRun:
     """One call of a handler. `start()` once, then `wait()` or `stop()`."""
 
     def __init__(
-        self, handler: RegisteredHandler, ctx: JobContext, *, executor: Executor, clock: Clock
+        self,
+        handler: RegisteredHandler,
+        ctx: JobContext,
+        *,
+        executor: Executor,
+        clock: Clock,
+        start_by: datetime | None = None,
     ) -> None:
         self.handler = handler
+        self.start_by = start_by
+        """Wall-clock time after which the handler is not called any more (None: no limit)."""
         self.ctx = ctx
         self._executor = executor
         self._clock = clock
@@ -138,6 +154,10 @@ class HandlerRun:
         except asyncio.CancelledError:
             if not self._interrupted:
                 raise
+        except _TooLate:
+            return HandlerEnd(
+                error=None, interrupted=False, abandoned=False, duration=0.0, late=True
+            )
         except (Exception, SystemExit) as e:
             error = e
         duration = self._elapsed()
@@ -146,12 +166,23 @@ class HandlerRun:
             error=error, interrupted=self._interrupted, abandoned=False, duration=duration
         )
 
+    def _check_start(self) -> None:
+        """At the moment the handler would be called: not past its start-by time."""
+        if self.start_by is not None and self._clock.now() > self.start_by:
+            raise _TooLate
+
     async def _invoke(self) -> None:
         fn, ctx = self.handler.fn, self.ctx
         if self.handler.is_async:
+            self._check_start()
             result = fn(ctx)
         else:
-            call = functools.partial(contextvars.copy_context().run, fn, ctx)
+
+            def guarded(ctx: JobContext) -> object:
+                self._check_start()  # in the pool thread: a queued call may start late
+                return fn(ctx)
+
+            call = functools.partial(contextvars.copy_context().run, guarded, ctx)
             result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         if inspect.isawaitable(result):
             await result

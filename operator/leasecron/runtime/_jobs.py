@@ -2,9 +2,10 @@
 
 Fed by the informer on the namespace's ScheduledJobs, it keeps the jobs whose `spec.group`
 is this replica's group and reacts live: a new job gets a worker, an update re-plans it (or
-replaces the worker when its bucket, handler, coordination, election timings or uid
-changed), a delete or suspended single-owner job stops it (cancelling a running single-owner
-handler). Changes of one job are applied one at a time, in order; different jobs do not wait
+replaces the worker when its bucket, handler, election timings or uid changed), a delete or
+suspended single-owner job stops it (cancelling a running single-owner handler). Every
+once-per-tick job goes to the one claim engine (`_shards.ShardTicks`), whatever its lock
+settings. Changes of one job are applied one at a time, in order; different jobs do not wait
 for each other. Invalid specs are logged once per generation with the field-naming message
 and skipped; a job whose handler is not registered here is logged once at info and ignored.
 Neither stops the other jobs.
@@ -19,11 +20,8 @@ from typing import Any, Protocol
 
 from leasecron._logs import get_logger
 from leasecron.kube.watches import WatchEvent
-from leasecron.models.shards import ClaimTraits, claims_through_shard
 from leasecron.models.specs import Bucket, ScheduledJob, SpecError
 from leasecron.runtime._invoke import StopReason
-from leasecron.runtime._leader import GroupLeader, LeaderDispatch, uses_leader
-from leasecron.runtime._once import LockDispatch
 from leasecron.runtime._owner import OwnerWorker
 from leasecron.runtime._services import Services
 from leasecron.runtime._shards import ShardTicks
@@ -47,20 +45,12 @@ def worker_key(job: ScheduledJob) -> tuple[Any, ...]:
     """What a worker cannot change on the fly: a different key means a new worker."""
     spec = job.spec
     election = spec.election if spec.bucket is Bucket.SINGLE_OWNER else None
-    return (job.uid, spec.bucket, job.handler_name, spec.coordination, election)
+    return (job.uid, spec.bucket, job.handler_name, election)
 
 
-def sharded(job: ScheduledJob, *, shards: int) -> bool:
-    """Whether `job`'s ticks are claimed through its group's shard (`models.shards`)."""
-    spec = job.spec
-    traits = ClaimTraits(
-        bucket=spec.bucket,
-        coordination=spec.coordination,
-        keep_alive=spec.lock.keep_alive,
-        at_least_for=spec.lock.at_least_for,
-        on_store_unavailable=spec.on_store_unavailable,
-    )
-    return claims_through_shard(traits, shards=shards)
+def sharded(job: ScheduledJob) -> bool:
+    """Whether `job`'s ticks go through the claim engine: every once-per-tick job's do."""
+    return job.spec.bucket is Bucket.ONCE_PER_TICK
 
 
 def created_at(obj: dict[str, Any]) -> datetime:
@@ -73,7 +63,8 @@ def created_at(obj: dict[str, Any]) -> datetime:
 
 
 class ShardedWorker:
-    """The JobTable's worker for a sharded job: its ticks go through the shared ShardTicks."""
+    """The JobTable's worker for a once-per-tick job: its ticks go through the shared
+    ShardTicks."""
 
     def __init__(self, ticks: ShardTicks, job: ScheduledJob, *, created: datetime) -> None:
         self._ticks, self._job, self._created = ticks, job, created
@@ -102,18 +93,15 @@ class JobTable:
     def __init__(
         self,
         services: Services,
-        leader: GroupLeader,
         *,
         make_worker: WorkerFactory | None = None,
     ) -> None:
         self._services = services
-        self._leader = leader
         self._make_worker = make_worker or self._new_worker
         self._desired: dict[str, tuple[ScheduledJob, datetime] | None] = {}
         self._workers: dict[str, Worker] = {}
         self._converging: dict[str, asyncio.Task[None]] = {}
         self._reported: dict[str, Any] = {}
-        self._leader_jobs: dict[str, ScheduledJob] = {}
         self.ignored: dict[str, str] = {}
         """Jobs of this group this replica does not run, and why (replaced, never mutated)."""
         self._closed = False
@@ -161,16 +149,6 @@ class JobTable:
                 self._converge(name), name=f"leasecron converge {name}"
             )
             self._converging[name] = task
-        # The group leader only cares about Leader-coordinated jobs: tell it when they change
-        # (not on every event of every job: 1000 jobs starting would be a million checks).
-        job = wanted[0] if wanted is not None else None
-        if job is not None and uses_leader(job):
-            changed = self._leader_jobs.get(name) is not job
-            self._leader_jobs[name] = job
-        else:
-            changed = self._leader_jobs.pop(name, None) is not None
-        if changed:
-            self._leader.ensure(self._leader_jobs.values())
 
     async def close(self, reason: StopReason) -> None:
         """Stop every worker (concurrently), for shutdown."""
@@ -198,7 +176,7 @@ class JobTable:
             self._report_once(metadata, ("invalid", metadata.get("generation")), str(e))
             return None
         if job.handler_name not in self._services.registry:
-            if sharded(job, shards=self._services.shards):
+            if sharded(job):
                 self.shard_ticks.note_foreign(job)
             self._ignore(name, f"handler {job.handler_name!r} is not registered here")
             self._report_once(metadata, ("unregistered", job.handler_name), "")
@@ -261,20 +239,12 @@ class JobTable:
                 return
 
     def _key(self, job: ScheduledJob) -> tuple[Any, ...]:
-        return (*worker_key(job), sharded(job, shards=self._services.shards))
+        return worker_key(job)
 
     def _new_worker(self, job: ScheduledJob, created: datetime) -> Worker:
         services = self._services
-        if sharded(job, shards=services.shards):
+        if sharded(job):
             return ShardedWorker(self.shard_ticks, job, created=created)
         if job.spec.bucket is Bucket.SINGLE_OWNER:
             return OwnerWorker(services, job)
-        if job.spec.bucket is Bucket.EVERY_REPLICA:
-            return TickWorker(
-                services, job, created=created, dispatch=EveryReplicaDispatch(services)
-            )
-        if uses_leader(job):
-            return TickWorker(
-                services, job, created=created, dispatch=LeaderDispatch(services, self._leader)
-            )
-        return TickWorker(services, job, created=created, dispatch=LockDispatch(services))
+        return TickWorker(services, job, created=created, dispatch=EveryReplicaDispatch(services))

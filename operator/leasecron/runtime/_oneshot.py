@@ -1,8 +1,8 @@
 """`run_once`: one run of one job, now, exactly as a replica would run it: for tests of a
 handler against a real cluster, and for a manual trigger.
 
-A once-per-tick job claims `tick` on its Lease (Lock) or runs when this replica leads the
-group (Leader), writes its JobRun and releases; an every-replica job runs locally; a
+A once-per-tick job claims `tick` through the claim engine (its shard's Lease), runs and
+records it, and releases; an every-replica job runs locally; a
 single-owner job runs one ownership term until the handler returns (or `timeout`, then it is
 stopped and its Lease released). The tick's starting deadline is not applied: the run is
 asked for explicitly. It starts only what one run needs (the Lease cache, a member Lease for
@@ -23,12 +23,11 @@ from leasecron.kube.jobruns import ScheduledJobStore
 from leasecron.models.specs import Bucket, Outcome, ScheduledJob
 from leasecron.runtime._core import Runtime
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._leader import GroupLeader, LeaderDispatch, uses_leader
-from leasecron.runtime._once import LockDispatch
 from leasecron.runtime._owner import OwnerWorker
 from leasecron.runtime._planning import NextTick
 from leasecron.runtime._records import RunOutcome
 from leasecron.runtime._services import Services
+from leasecron.runtime._shards import ShardTicks
 from leasecron.runtime._ticks import EveryReplicaDispatch, TickOrder
 
 
@@ -37,7 +36,7 @@ class RunResult:
     """What `run_once` did: the tick it asked for and, for each run that happened (catch-up
     can add runs of missed ticks before it), how it ended. `outcome` is that of the asked
     tick's run (of the term for single-owner jobs), None when this replica did not run it
-    (another holder had the tick, or a Leader job and this replica never led)."""
+    (another holder had the tick)."""
 
     job: str
     tick: datetime
@@ -116,24 +115,16 @@ async def _run(
     if job.spec.bucket is Bucket.SINGLE_OWNER:
         await _one_term(services, job, recorded)
         return
-    order = TickOrder(job, NextTick(tick, catch_up=True), not_before=tick)
-    control = RunControl()
     if job.spec.bucket is Bucket.EVERY_REPLICA:
-        await EveryReplicaDispatch(services)(order, control)
-    elif uses_leader(job):
-        leader = GroupLeader(services)
-        leader.ensure([job])
-        try:
-            await leader.wait_leading()
-            await LeaderDispatch(services, leader)(order, control)
-        finally:
-            await leader.close()
-    else:
-        dispatch = LockDispatch(services)
-        try:
-            await dispatch(order, control)
-        finally:
-            await dispatch.close()
+        order = TickOrder(job, NextTick(tick, catch_up=True), not_before=tick)
+        await EveryReplicaDispatch(services)(order, RunControl())
+        return
+    ticks = ShardTicks(services, shards=services.shards)
+    try:
+        if await ticks.run_now(job, tick):
+            await recorded.wait()  # its record is written off the start path
+    finally:
+        await ticks.close(StopReason.STOPPING)
 
 
 async def _one_term(services: Services, job: ScheduledJob, recorded: asyncio.Event) -> None:

@@ -16,20 +16,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.coordination import Elector, Term
 from leasecron.kube.errors import KubeError
+from leasecron.models.configs import ElectionConfig
 from leasecron.models.decisions import rendezvous_rank
 from leasecron.models.names import LABEL_JOB, LABEL_ROLE, job_lease_name
 from leasecron.models.specs import JobRun, ScheduledJob, job_label_value
 from leasecron.runtime._context import JobContext
-from leasecron.runtime._handover import owner_reference
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
-from leasecron.runtime._leader import election_config
 from leasecron.runtime._services import Services
 
 _log = get_logger("leasecron.runtime.owner")
+
+
+def owner_reference(job: ScheduledJob) -> dict[str, Any] | None:
+    """The ownerReference that makes a Lease part of the job (None without uid)."""
+    if not job.uid:
+        return None
+    return {
+        "apiVersion": "leasecron.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "name": job.name,
+        "uid": job.uid,
+    }
+
+
+def election_config(job: ScheduledJob) -> ElectionConfig:
+    election = job.spec.election
+    return ElectionConfig(
+        lease_duration=election.lease_duration,
+        renew_deadline=election.renew_deadline,
+        retry_period=election.retry_period,
+    )
 
 
 class _TermRun:

@@ -54,16 +54,6 @@ class TickPlan:
             more_missed=self.more_missed,
         )
 
-    def from_start(self, start: datetime) -> TickPlan:
-        """The plan less the ticks before `start` (claimed on another Lease: a job's own
-        Lease owns its ticks before it handed them to a shard). The claimed tick stays."""
-        return TickPlan(
-            claimed=self.claimed,
-            run=tuple(t for t in self.run if t == self.claimed or t >= start),
-            missed=tuple(t for t in self.missed if t >= start),
-            more_missed=self.more_missed and (not self.missed or self.missed[0] >= start),
-        )
-
 
 def next_tick(
     schedule: Schedule,
@@ -129,6 +119,49 @@ def plan_claimed(
     ran = between[len(between) - catching :] if catching else []
     missed = between[: len(between) - len(ran)]
     return TickPlan(claimed=claimed, run=(*ran, claimed), missed=tuple(missed), more_missed=more)
+
+
+def plan_overtaken(
+    schedule: Schedule,
+    *,
+    instant: datetime,
+    previous: datetime | None,
+    not_before: datetime | None,
+    now: datetime,
+    starting_deadline: timedelta,
+    catch_up: CatchUpPolicy,
+    max_ticks: int,
+    record_limit: int = MISSED_RECORD_LIMIT,
+    previous_ran: bool = True,
+) -> TickPlan | None:
+    """For a job NOT due at `instant`, when a claim of `instant` replaced the shard's
+    high-water mark `previous`: the job's ticks in between were claimed by nobody and never
+    can be now (the mark only grows), so the claimant owns them. A tick that can still start
+    (within its startingDeadline) runs; older ones run as catch-up per the job's policy
+    (Latest: the newest; All: the newest `max_ticks`), the rest are recorded Missed. None when
+    the job has no tick in between. `claimed` of the plan is its newest tick."""
+    if previous is not None and not previous_ran:
+        previous -= _EPSILON
+    bounds = [moment for moment in (previous, not_before) if moment is not None]
+    if not bounds:
+        return None
+    lower = max(bounds)
+    if lower >= instant:
+        return None
+    catching = {CatchUpPolicy.ALL: max(0, max_ticks), CatchUpPolicy.LATEST: 1}.get(catch_up, 0)
+    window = catching + max(0, record_limit)
+    between = schedule.ticks_between(lower, instant - _EPSILON, limit=window + 1, newest=True)
+    if not between:
+        return None
+    more = len(between) > window
+    between = between[-window:]
+    fresh = [t for t in between if now <= t + starting_deadline]
+    stale = [t for t in between if now > t + starting_deadline]
+    caught = stale[len(stale) - catching :] if catching else []
+    missed = stale[: len(stale) - len(caught)]
+    run = (*caught, *fresh)
+    newest = between[-1]
+    return TickPlan(claimed=newest, run=run, missed=tuple(missed), more_missed=more)
 
 
 def jitter_delay(job: str, tick: datetime, jitter: timedelta) -> float:

@@ -51,10 +51,9 @@ class Scheduler:
     sees it logs an error and counts `leasecron_identity_conflicts_total`). `grace_period`
     bounds how long running handlers get to finish at stop; keep it below the pod's
     terminationGracePeriodSeconds.
-    `shards` is the number of shard Leases through which the group's short once-per-tick jobs
-    are claimed (one conditional write per shard and instant instead of one per job;
-    docs/claims.md); every replica of a group should use the same count; 0 claims every job
-    on its own Lease.
+    `shards` is the shard count this replica proposes for its group when the group has no
+    record yet (docs/design.md, "The group record"): once recorded, every replica follows
+    the recorded count (one configured otherwise logs it); `leasecron shards` changes it.
     """
 
     def __init__(

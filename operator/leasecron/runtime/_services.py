@@ -141,13 +141,15 @@ class Services:
         control: RunControl,
         *,
         observe_lag: bool = True,
+        start_by: datetime | None = None,
     ) -> HandlerEnd | None:
-        """Run the job's handler once under `control`; None when it is not registered."""
+        """Run the job's handler once under `control`, not called at all past `start_by`;
+        None when it is not registered."""
         handler = self.registry.get(job.handler_name)
         if handler is None:
             self.skip(job, "no_handler", tick=ctx.tick)
             return None
-        call = HandlerRun(handler, ctx, executor=self.executor, clock=self.clock)
+        call = HandlerRun(handler, ctx, executor=self.executor, clock=self.clock, start_by=start_by)
         return await control.run(call, observe_lag=observe_lag)
 
     def report(
@@ -184,12 +186,19 @@ class Services:
         fence: Fence | None,
         record: RecordMode,
         observe_lag: bool = True,
+        start_by: datetime | None = None,
     ) -> Outcome | None:
         """Run one tick of `job`: record it per `record`, run the handler under `control`
         with `fence`'s token (None: no token), report and finish the record. The outcome, or
-        None when the tick was not run (another run of it is on record, or no record could
-        be made for a guarded run)."""
+        None when the tick was not run (another run of it is on record, no record could be
+        made for a guarded run, or it could not start by `start_by`: then it is recorded
+        Missed)."""
         token = fence.token if fence is not None else None
+        if start_by is not None and self.clock.now() > start_by:
+            self.skip(job, "deadline", tick=tick)
+            if fence is not None:
+                await self.record_missed(job, (tick,), fence.token, reason=MISSED_LATE)
+            return None
         run: JobRun | None = None
         deferred = None
         if record is RecordMode.DEFERRED:
@@ -221,7 +230,16 @@ class Services:
             ctx.logger.warning(
                 "store unavailable: running unguarded (onStoreUnavailable: RunLocally)"
             )
-        end = await self.run_handler(job, ctx, control, observe_lag=observe_lag)
+        end = await self.run_handler(job, ctx, control, observe_lag=observe_lag, start_by=start_by)
+        if end is not None and end.late:
+            self.skip(job, "deadline", tick=tick)
+            if deferred is not None:
+                self.recorder.deferred.finish(
+                    deferred, outcome=Outcome.MISSED, message=MISSED_LATE, now=self.clock.now()
+                )
+            if run is not None:
+                await self.recorder.finish(run, outcome=Outcome.MISSED, message=MISSED_LATE)
+            return None
         if end is None:
             if deferred is not None:
                 self.recorder.deferred.finish(
@@ -296,6 +314,7 @@ class Services:
         record: Callable[[datetime], RecordMode],
         observe_lag: Callable[[datetime], bool],
         delay: Callable[[datetime], float] = lambda _: 0.0,
+        start_by: Callable[[datetime], datetime | None] = lambda _: None,
     ) -> None:
         """Run a claimed plan under `fence` (per-job grant or shard claim alike): record its
         missed ticks, then run each planned tick in order through `run_tick`. Once the fence
@@ -311,7 +330,13 @@ class Services:
             if wait > 0:
                 await asyncio.sleep(wait)
             await self.run_tick(
-                job, tick, control, fence=fence, record=record(tick), observe_lag=observe_lag(tick)
+                job,
+                tick,
+                control,
+                fence=fence,
+                record=record(tick),
+                observe_lag=observe_lag(tick),
+                start_by=start_by(tick),
             )
 
     async def record_missed(

@@ -1,20 +1,33 @@
-"""`ShardTicks`: the once-per-tick jobs of this replica's group that are claimed through
-shards (docs/claims.md), with one timer for all of them and one claim per shard and instant.
+"""`ShardTicks`: the claim engine of every once-per-tick job of this replica's group
+(docs/design.md, "The claim engine"), with one timer for all of them and one conditional
+write per shard and instant.
 
-One loop sleeps until the soonest tick of any sharded job (one timer per instant, not one
-coroutine per job), takes every job due then, groups them by the shard Lease its own Lease
-hands it to (`_handover`: its gate, whatever this replica's shard count) and, per shard Lease,
-claims the instant after its rendezvous stagger (`ShardLock`). The replica that
-wins runs every job of the shard due at that instant, each through the one run-a-tick path
-(`Services.run_tick`) with the shard grant's token and its record written off the start path
-(`RecordMode.DEFERRED`), after catch-up per job planned from the shard's high-water mark
-(the instant the claim replaced). Each run is bounded by its job's atMostFor and stops when
-the shard is lost; a job never overlaps itself here (a tick that comes while the job's
-previous run still goes waits for it until its startingDeadline, else it is recorded Missed).
+1. One loop sleeps until the soonest tick of any job (jobs on one schedule share one tick
+   computation), takes every job due then and groups them by shard: a stable hash of the
+   job's name over the group's shard count, which the group record fixes (`GroupRecord`:
+   every replica follows it).
+2. Per shard and instant, after this replica's claim of the shard's previous instant has
+   settled (a later instant claimed first would make the earlier one taken), the replicas
+   rank themselves (rendezvous over the live members that registered the handlers due) and
+   claim after their stagger (`ShardLock.try_claim`). A live grant of another replica, or a
+   store out of reach, is waited out and claimed again until the latest startingDeadline of
+   the jobs due; each job's own deadline decides whether its tick still starts.
+3. The winner runs every job of the shard due at the instant at once, each through the one
+   run-a-tick path with the grant's token and its record off the start path, after catch-up
+   planned per job from the instant the claim replaced. Jobs of the shard NOT due at the
+   instant get their ticks between the replaced instant and this one (claimed by nobody,
+   and never claimable now), run or recorded `Missed` per their own deadline and catch-up.
+4. The shard grant is renewed while any run under it goes (`ShardLock.use`); a keepAlive
+   job runs as long as it needs, any other is stopped at its atMostFor (`LostLock`); the
+   grant is held at least the longest atLeastFor of the jobs run, then released.
+5. A claim of ours whose reply was lost and that the lock finds later is adopted: its jobs
+   run if they can still start, else are recorded `Missed`, and the grant is released.
+6. `onStoreUnavailable: RunLocally`: when every claim attempt failed to reach the store for
+   `Tuning.unguarded_after` seconds (at most half the job's startingDeadline) and nothing
+   known says another replica has the instant, such jobs run unguarded (recorded once the
+   store answers, left out of later catch-up); the others keep trying.
 
-While the store cannot be reached a claim is retried until the instant's startingDeadline
-(sharded jobs are `onStoreUnavailable: Skip` ones; see `models.shards`). It does not decide
-which jobs are sharded, and it does not run every-replica or per-job claims (`_ticks`, `_once`).
+It does not run every-replica or single-owner jobs (`_ticks`, `_owner`).
 """
 
 from __future__ import annotations
@@ -22,17 +35,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from leasecron._logs import get_logger
-from leasecron.coordination import Grant, Skipped
+from leasecron.coordination import Grant, LeaseView, Skipped
+from leasecron.coordination.groups import GroupRecord
 from leasecron.coordination.locks import SKIP_UNAVAILABLE, SKIP_UNCERTAIN
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
+from leasecron.kube.errors import KubeError
 from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
-from leasecron.models.shards import ShardRef, due_at, runs_under_shard, shard_key
-from leasecron.models.specs import ScheduledJob
-from leasecron.runtime._handover import Handovers, lease_view
+from leasecron.models.groups import GroupState, shard_ref
+from leasecron.models.shards import ShardRef, due_at, shard_key
+from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._planning import (
     NextTick,
@@ -40,19 +57,18 @@ from leasecron.runtime._planning import (
     jitter_delay,
     next_tick,
     plan_claimed,
+    plan_overtaken,
 )
-from leasecron.runtime._services import RecordMode, Services
-from leasecron.runtime._shardfences import RunFence, ShardFloors
+from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
+from leasecron.runtime._shardfences import RunFence
 from leasecron.runtime._ticks import stop_run
 
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
 _RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN)
-"""Skips after which a shard instant is claimed again (until its startingDeadline)."""
-_GATE_WAIT = 2.0
-"""Seconds a run waits for its job's gate to show up in this replica's view."""
-SKIP_NOT_HANDED_OVER = "not_handed_over"
-"""The job's Lease does not hand this tick to the shard Lease claimed (yet, or any more)."""
+"""Skips after which a shard instant is claimed again (until its latest startingDeadline)."""
+_UNGUARDED_MEMORY = 1000
+"""Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
 
 
 @dataclass(eq=False)
@@ -63,34 +79,82 @@ class _Entry:
     next: NextTick | None = None
     running: tuple[asyncio.Task[None], RunControl] | None = None
     stopped: bool = field(default=False)
+    unguarded: OrderedDict[datetime, None] = field(default_factory=OrderedDict)
+
+    def remember_unguarded(self, tick: datetime) -> None:
+        self.unguarded[tick] = None
+        while len(self.unguarded) > _UNGUARDED_MEMORY:
+            self.unguarded.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class _Outage:
+    """Every claim attempt failed to reach the store for the RunLocally window."""
 
 
 class ShardTicks:
-    """The sharded once-per-tick jobs of one running Scheduler."""
+    """The once-per-tick jobs of one running Scheduler."""
 
     def __init__(self, services: Services, *, shards: int) -> None:
         self._services = services
         self.shards = shards
+        """The count this replica was configured with; the group record's count wins."""
         self._entries: dict[str, _Entry] = {}
         self._foreign: dict[str, ScheduledJob] = {}
         self._locks: dict[str, ShardLock] = {}
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._instants: set[asyncio.Task[None]] = set()
-        self._floors = ShardFloors(services)
         self._claiming: dict[str, asyncio.Future[None]] = {}
-        """Per shard: settled once this replica's claim of its latest instant is."""
+        """Per shard Lease: settled once this replica's claim of its latest instant is."""
+        self._group: GroupRecord | None = None
+        self._group_started: asyncio.Task[GroupState] | None = None
+
+    # --- the group record -------------------------------------------------------------------
 
     @functools.cached_property
-    def handovers(self) -> Handovers:
-        """The gates of this replica's sharded jobs (made on first use)."""
-        return Handovers(self._services, shards=self.shards, view=lease_view(self._services))
+    def view(self) -> LeaseView:
+        """The process's watch-fed view of the namespace's Leases."""
+        services = self._services
+        return LeaseView.shared(services.lease_cache, clock=services.clock)
+
+    @property
+    def group(self) -> GroupRecord:
+        if self._group is None:
+            services = self._services
+            self._group = GroupRecord(
+                services.kube,
+                self.view,
+                namespace=services.namespace,
+                group=services.group,
+                identity=services.identity,
+                clock=services.clock,
+                configured_shards=self.shards,
+            )
+        return self._group
+
+    def state(self) -> GroupState:
+        """The group record as this replica follows it (its configured count until read)."""
+        state = self.group.state if self._group is not None else None
+        return state if state is not None else GroupState(shards=self.shards)
+
+    async def _group_ready(self) -> GroupState:
+        """The group record, read (or created) once; raises KubeError while it cannot be."""
+        task = self._group_started
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = self._group_started = asyncio.get_running_loop().create_task(
+                self.group.start(), name="leasecron group record"
+            )
+        return await asyncio.shield(task)
+
+    def ref_of(self, name: str) -> ShardRef:
+        """The shard Lease that claims the ticks of the job named `name`."""
+        return shard_ref(self._services.group, name, shards=self.state().shards)
 
     # --- the jobs ---------------------------------------------------------------------------
 
     def add(self, job: ScheduledJob, *, created: datetime) -> None:
         self._entries[job.name] = _Entry(job=job, after=created, not_before=created)
-        self.handovers.want(job, not_before=created)
         self._wake()
 
     def update(self, job: ScheduledJob) -> None:
@@ -99,23 +163,31 @@ class ShardTicks:
             return
         if entry.job.spec.suspend and not job.spec.suspend:
             entry.not_before = max(entry.not_before, self._services.clock.now())
-        if job.spec != entry.job.spec:
-            # A spec change (not a status update) is when a job taken back by a replica that
-            # claims it per job may be handed to a shard again.
-            self.handovers.want(job, not_before=entry.not_before)
         entry.job, entry.next = job, None
         self._wake()
 
     async def remove(self, name: str, reason: StopReason) -> None:
         entry = self._entries.pop(name, None)
-        self.handovers.drop(name)
         if entry is not None:
             entry.stopped = True
             await self._stop_running(entry, reason)
 
+    async def run_now(self, job: ScheduledJob, tick: datetime) -> bool:
+        """Claim and run `tick` of `job` now, whatever its startingDeadline (an explicit
+        request: `Scheduler.run_once`); False when this replica did not get the claim."""
+        entry = _Entry(job=job, after=tick, not_before=tick)
+        self._entries[job.name] = entry
+        ref = self.ref_of(job.name)
+        lock = self._lock(ref)
+        result = await self._claim(lock, ref, tick, [entry], {job.name: True}, local=False)
+        if not isinstance(result, Grant):
+            return False
+        await self._hold_and_run(lock, ref, result, [entry], {job.name: True})
+        return True
+
     def note_foreign(self, job: ScheduledJob) -> None:
-        """A sharded job of the group whose handler is not registered here: this replica does
-        not run it, and steps back from claiming its shard's instants when it is due."""
+        """A once-per-tick job of the group whose handler is not registered here: this replica
+        does not run it, and steps back from claiming its shard's instants when it is due."""
         self._foreign[job.name] = job
 
     def forget_foreign(self, name: str) -> None:
@@ -129,7 +201,7 @@ class ShardTicks:
             schedule = job.spec.parsed_schedule
             if schedule is None or job.spec.suspend:
                 continue
-            if self.handovers.ref_of(job.name) == ref and due_at(schedule, instant):
+            if self.ref_of(job.name) == ref and due_at(schedule, instant):
                 handlers.add(job.handler_name)
         return handlers
 
@@ -152,8 +224,10 @@ class ShardTicks:
         await asyncio.gather(*self._instants, return_exceptions=True)
         for lock in self._locks.values():
             await lock.close()
-        if "handovers" in self.__dict__:
-            await self.handovers.close()
+        if self._group_started is not None and not self._group_started.done():
+            self._group_started.cancel()
+        if self._group is not None:
+            self._group.close()
 
     async def _stop_running(self, entry: _Entry, reason: StopReason) -> None:
         await stop_run(entry.running, reason=reason, grace=self._services.grace_period)
@@ -202,35 +276,19 @@ class ShardTicks:
 
     def _fire(self, due: list[_Entry]) -> None:
         """Hand every due job's tick to its shard's instant claim."""
-        ticks: dict[str, NextTick] = {}
+        groups: dict[tuple[ShardRef, datetime], dict[str, bool]] = {}
         for entry in due:
             assert entry.next is not None
-            ticks[entry.job.name] = entry.next
-            entry.after, entry.next = entry.next.tick, None
+            planned = entry.next
+            entry.after, entry.next = planned.tick, None
             if entry.job.spec.suspend:
-                self._services.skip(entry.job, "suspended", tick=entry.after)
-                ticks.pop(entry.job.name)
-        groups: dict[tuple[ShardRef, datetime], list[str]] = {}
-        handovers = self.handovers
-        for name, planned in ticks.items():
-            gate = handovers.gate_of(name)
-            if gate is None and not handovers.pending(name):
-                entry = self._entries[name]
-                if handovers.needs_gate(name):
-                    # Its Lease was deleted, created afresh, or its gate is corrupt.
-                    handovers.want(entry.job, not_before=entry.not_before)
-                else:
-                    # Its own Lease claims its ticks: a replica that claims it per job took
-                    # them back. Not claimed here until its spec changes again.
-                    self._services.skip(entry.job, SKIP_NOT_HANDED_OVER, tick=planned.tick)
-                    continue
-            ref = gate.ref if gate is not None else handovers.target(name)
-            key = (ref, planned.tick)
-            groups.setdefault(key, []).append(name)
-        for (ref, instant), names in groups.items():
-            catch_up = any(ticks[n].catch_up for n in names)
+                self._services.skip(entry.job, "suspended", tick=planned.tick)
+                continue
+            key = (self.ref_of(entry.job.name), planned.tick)
+            groups.setdefault(key, {})[entry.job.name] = planned.catch_up
+        for (ref, instant), catch_up in groups.items():
             task = asyncio.get_running_loop().create_task(
-                self._instant(ref, instant, sorted(names), catch_up=catch_up),
+                self._instant(ref, instant, catch_up),
                 name=f"leasecron shard {ref.lease} {instant.isoformat()}",
             )
             self._instants.add(task)
@@ -244,19 +302,20 @@ class ShardTicks:
             services = self._services
             lock = ShardLock(
                 services.kube,
-                self.handovers.view,
+                self.view,
                 namespace=services.namespace,
                 name=ref.lease,
                 identity=services.identity,
                 clock=services.clock,
                 labels=shard_labels(services.group, ref.shard),
                 config=shard_config(services.tuning.shard_lease_s),
-                floor=functools.partial(self._floors.floor, ref),
+                group=self.group,
             )
+            lock.on_orphan = functools.partial(self._adopt, ref)
             self._locks[ref.lease] = lock
         return lock
 
-    def _due(self, names: list[str], instant: datetime) -> list[_Entry]:
+    def _due(self, names: Iterable[str], instant: datetime) -> list[_Entry]:
         """The jobs named (still run here) with a tick at `instant`."""
         entries = [self._entries[n] for n in names if n in self._entries]
         due: dict[tuple[str, str], bool] = {}
@@ -272,15 +331,12 @@ class ShardTicks:
 
         return [e for e in entries if is_due(e.job)]
 
-    def _deadline(self, entries: list[_Entry]) -> timedelta:
-        return min((e.job.spec.starting_deadline for e in entries), default=timedelta(seconds=60))
+    def _of_shard(self, ref: ShardRef) -> list[_Entry]:
+        return [e for e in self._entries.values() if self.ref_of(e.job.name) == ref]
 
-    async def _instant(
-        self, ref: ShardRef, instant: datetime, names: list[str], *, catch_up: bool
-    ) -> None:
+    async def _instant(self, ref: ShardRef, instant: datetime, catch_up: dict[str, bool]) -> None:
         """Claim `instant` of shard Lease `ref` after this replica's claim of its previous
-        instant is settled (a later instant claimed first would make the earlier one taken),
-        then run every job of the shard due at it."""
+        instant is settled, then run every job of the shard it makes ours."""
         loop = asyncio.get_running_loop()
         previous = self._claiming.get(ref.lease)
         settled: asyncio.Future[None] = loop.create_future()
@@ -289,26 +345,18 @@ class ShardTicks:
             if previous is not None:
                 await previous
             lock = self._lock(ref)
-            grant = await self._claim(lock, ref, instant, names, catch_up=catch_up)
-            if grant is None:
+            due = self._due(catch_up, instant)
+            result = await self._claim(lock, ref, instant, due, catch_up, local=True)
+            if isinstance(result, _Outage):
+                local = [e for e in due if _runs_locally(e.job)]
+                runs = [self._run_unguarded(e, instant) for e in local]
+                rest = [e for e in due if not _runs_locally(e.job)]
+                claim = self._claim(lock, ref, instant, rest, catch_up, local=False)
+                outcomes = await asyncio.gather(claim, *runs)
+                result, due = outcomes[0], rest
+            if not isinstance(result, Grant):
                 return
-            async with lock.use(grant):
-                settled.set_result(None)
-                due = self._due(names, instant)
-                released = lock.released(grant)
-                _log.debug(
-                    "shard instant claimed",
-                    lease=ref.lease,
-                    tick=instant.isoformat(),
-                    token=grant.token,
-                    jobs=len(due),
-                )
-                await asyncio.gather(
-                    *(
-                        self._run_job(entry, grant, instant, ref, released, catch_up=catch_up)
-                        for entry in due
-                    )
-                )
+            await self._hold_and_run(lock, ref, result, due, catch_up, settled=settled)
         finally:
             if not settled.done():
                 settled.set_result(None)
@@ -316,14 +364,29 @@ class ShardTicks:
                 del self._claiming[ref.lease]
 
     async def _claim(
-        self, lock: ShardLock, ref: ShardRef, instant: datetime, names: list[str], *, catch_up: bool
-    ) -> Grant | None:
+        self,
+        lock: ShardLock,
+        ref: ShardRef,
+        instant: datetime,
+        due: list[_Entry],
+        catch_up: dict[str, bool],
+        *,
+        local: bool,
+    ) -> Grant | _Outage | None:
         """One claim after the rendezvous stagger among the live members that registered the
         handlers of every job due (none while we hold the shard), again after a live grant
-        ends or while the store cannot be reached, until the startingDeadline. None without
-        a claim, also when another replica is better placed (it has handlers we lack)."""
+        ends or while the store cannot be reached, until the latest startingDeadline of the
+        jobs due. None without a claim, also when another replica is better placed (it has
+        handlers we lack). `_Outage` (with `local`) when the RunLocally jobs due may run
+        unguarded."""
+        if not due:
+            return None
         services = self._services
-        due = self._due(names, instant)
+        clock, tuning = services.clock, services.tuning
+        try:
+            await self._group_ready()
+        except KubeError as e:  # the claim below meets the same failure and reports it
+            _log.debug("group record not read yet", group=services.group, error=repr(e))
         needed = self._handlers_due(ref, instant, due)
         able = services.membership.members_with(needed, own=services.registry.names())
         if able and services.identity not in able:
@@ -332,19 +395,28 @@ class ShardTicks:
             return None
         key = shard_key(services.group, ref.lease, instant)
         rank = rendezvous_rank(key, services.identity, able or services.membership.members())
-        deadline = self._deadline(due)
-        claim_deadline = None if catch_up else deadline
-        stagger = 0.0 if lock.holding() else rank * services.tuning.claim_step
-        # A job handed over from its own Lease keeps a token that only grows.
-        gates = (self.handovers.gate_of(e.job.name) for e in due)
-        above = max((g.token for g in gates if g is not None and g.lease == ref.lease), default=0)
-        result = await lock.try_claim(
-            instant, stagger=stagger, starting_deadline=claim_deadline, above=above
+        deadline = max(e.job.spec.starting_deadline for e in due)
+        catching = any(catch_up.get(e.job.name, False) for e in due)
+        claim_deadline = None if catching else deadline
+        local_jobs = [e.job for e in due if _runs_locally(e.job)] if local else []
+        window = min(
+            [tuning.unguarded_after]
+            + [j.spec.starting_deadline.total_seconds() / 2 for j in local_jobs]
         )
-        pause = services.tuning.claim_retry
+        outage_since: float | None = None
+        pause = tuning.claim_retry
+        stagger = 0.0 if lock.holding() else rank * tuning.claim_step
+        result = await lock.try_claim(instant, stagger=stagger, starting_deadline=claim_deadline)
         while isinstance(result, Skipped) and result.reason in _RETRIED:
-            left = (instant + deadline - services.clock.now()).total_seconds()
-            if not catch_up and left <= pause:
+            left = (instant + deadline - clock.now()).total_seconds()
+            if result.unreachable:
+                outage_since = clock.monotonic() if outage_since is None else outage_since
+                out_for = clock.monotonic() - outage_since
+                if local_jobs and out_for >= window and not lock.taken_by_other(instant):
+                    return _Outage()
+            else:
+                outage_since = None
+            if not catching and left <= pause:
                 return None
             if result.reason == SKIP_LIVE_GRANT:
                 # The holder of the previous instant takes this one too, normally; if it
@@ -352,47 +424,71 @@ class ShardTicks:
                 if not await lock.wait_claimable(instant, timeout=max(left, pause)):
                     return None
             else:
-                await asyncio.sleep(pause)
+                wait = pause
+                if local_jobs and outage_since is not None:
+                    wait = max(0.01, min(pause, window - (clock.monotonic() - outage_since)))
+                await asyncio.sleep(wait)
                 pause = min(pause * 2, 2.0)
-            stagger = 0.0 if lock.holding() else rank * services.tuning.claim_step
+            stagger = 0.0 if lock.holding() else rank * tuning.claim_step
             result = await lock.try_claim(
-                instant, stagger=stagger, starting_deadline=claim_deadline, above=above
+                instant, stagger=stagger, starting_deadline=claim_deadline
             )
         return result if isinstance(result, Grant) else None
 
-    async def _run_job(
+    async def _adopt(self, ref: ShardRef, grant: Grant) -> None:
+        """A claim of ours whose reply was lost turned out to have landed: run the jobs of its
+        instant that can still start (the others are recorded Missed by their own plans),
+        then release it."""
+        lock = self._locks.get(ref.lease)
+        if lock is None:
+            await grant.release()
+            return
+        due = self._due([e.job.name for e in self._of_shard(ref)], grant.tick)
+        _log.info(
+            "adopting a shard claim whose reply was lost",
+            lease=ref.lease,
+            tick=grant.tick.isoformat(),
+            token=grant.token,
+            jobs=len(due),
+        )
+        await self._hold_and_run(lock, ref, grant, due, {})
+
+    async def _hold_and_run(
         self,
-        entry: _Entry,
-        grant: Grant,
-        instant: datetime,
+        lock: ShardLock,
         ref: ShardRef,
-        released: dict[str, datetime] | None,
+        grant: Grant,
+        due: list[_Entry],
+        catch_up: dict[str, bool],
         *,
-        catch_up: bool,
+        settled: asyncio.Future[None] | None = None,
     ) -> None:
-        services, job = self._services, entry.job
-        schedule = job.spec.parsed_schedule
-        assert schedule is not None
-        # The job's Lease says which ticks this shard Lease may run: a gate written just now
-        # (the job is new here) may still be on its way to this replica's view.
-        left = instant + job.spec.starting_deadline - services.clock.now()
-        within = min(_GATE_WAIT, max(0.0, left.total_seconds()))
-        gate = await self.handovers.wait_gate(job.name, within=within)
-        if not runs_under_shard(
-            job.name, instant, gate=gate, lease=ref.lease, released=released, token=grant.token
-        ):
-            # Its own Lease (or another shard Lease) claims this tick: not ours to run.
+        services, instant = self._services, grant.tick
+        async with lock.use(grant):
+            if settled is not None and not settled.done():
+                settled.set_result(None)
+            others = [e for e in self._of_shard(ref) if e not in due]
             _log.debug(
-                "tick not run under this shard",
-                job=job.name,
+                "shard instant claimed",
                 lease=ref.lease,
                 tick=instant.isoformat(),
-                gate=gate.lease if gate is not None else None,
-                released=released is None or job.name in released,
+                token=grant.token,
+                jobs=len(due),
             )
-            services.skip(job, SKIP_NOT_HANDED_OVER, tick=instant)
-            return
-        assert gate is not None
+            await asyncio.gather(
+                *(self._run_due(e, grant, catch_up=catch_up.get(e.job.name, False)) for e in due),
+                *(self._run_overtaken(e, grant) for e in others),
+            )
+            # atLeastFor: the grant is kept at least that long after its instant.
+            hold = max((e.job.spec.lock.at_least_for for e in due), default=timedelta(0))
+            left = (instant + hold - services.clock.now()).total_seconds()
+            if left > 0 and grant.held:
+                await grant.lost.wait_async(left)
+
+    async def _run_due(self, entry: _Entry, grant: Grant, *, catch_up: bool) -> None:
+        services, job, instant = self._services, entry.job, grant.tick
+        schedule = job.spec.parsed_schedule
+        assert schedule is not None
         plan = plan_claimed(
             schedule,
             claimed=instant,
@@ -401,16 +497,66 @@ class ShardTicks:
             not_before=entry.not_before,
             catch_up=job.spec.catch_up.policy,
             max_ticks=job.spec.catch_up.max_ticks,
-        ).from_start(gate.start)
+        ).without(set(entry.unguarded))
         late = services.clock.now() > instant + job.spec.starting_deadline
         if not await self._previous_done(entry, instant) or (late and not catch_up):
             services.skip(job, "overlap" if not late else "deadline", tick=instant)
             plan = TickPlan(claimed=instant, run=(), missed=(*plan.missed, instant))
+        await self._start(entry, plan, grant, start_by=None if catch_up else instant)
+
+    async def _run_overtaken(self, entry: _Entry, grant: Grant) -> None:
+        """A job of the shard not due at the claimed instant: its ticks since the instant the
+        claim replaced are ours to run or record (nobody can claim them any more)."""
+        services, job = self._services, entry.job
+        schedule = job.spec.parsed_schedule
+        if schedule is None or job.spec.suspend:
+            return
+        plan = plan_overtaken(
+            schedule,
+            instant=grant.tick,
+            previous=grant.replaced_tick,
+            previous_ran=not grant.replaced_unrun,
+            not_before=entry.not_before,
+            now=services.clock.now(),
+            starting_deadline=job.spec.starting_deadline,
+            catch_up=job.spec.catch_up.policy,
+            max_ticks=job.spec.catch_up.max_ticks,
+        )
+        if plan is None:
+            return
+        ran = entry.unguarded
+        plan = TickPlan(
+            claimed=plan.claimed,
+            run=tuple(t for t in plan.run if t not in ran),
+            missed=tuple(t for t in plan.missed if t not in ran),
+            more_missed=plan.more_missed,
+        )
+        _log.info(
+            "ticks of a job overtaken by a later instant of its shard",
+            job=job.name,
+            tick=grant.tick.isoformat(),
+            run=len(plan.run),
+            missed=len(plan.missed),
+        )
+        if not await self._previous_done(entry, plan.claimed):
+            plan = TickPlan(claimed=plan.claimed, run=(), missed=(*plan.missed, *plan.run))
+        await self._start(entry, plan, grant, start_by=None, fresh=True)
+
+    async def _start(
+        self,
+        entry: _Entry,
+        plan: TickPlan,
+        grant: Grant,
+        *,
+        start_by: datetime | None,
+        fresh: bool = False,
+    ) -> None:
         if entry.stopped:
             return
         control = RunControl()
         task = asyncio.get_running_loop().create_task(
-            self._run_plan(job, plan, grant, control), name=f"leasecron shard run {job.name}"
+            self._run_plan(entry.job, plan, grant, control, start_by=start_by, fresh=fresh),
+            name=f"leasecron shard run {entry.job.name}",
         )
         entry.running = (task, control)
         await asyncio.gather(task, return_exceptions=True)
@@ -423,25 +569,84 @@ class ShardTicks:
         return entry.running[0].done()
 
     async def _run_plan(
-        self, job: ScheduledJob, plan: TickPlan, grant: Grant, control: RunControl
+        self,
+        job: ScheduledJob,
+        plan: TickPlan,
+        grant: Grant,
+        control: RunControl,
+        *,
+        start_by: datetime | None,
+        fresh: bool,
     ) -> None:
         services = self._services
-        fence = RunFence(grant, at_most_for=job.spec.lock.at_most_for, clock=services.clock)
+        bound = None if job.spec.lock.keep_alive else job.spec.lock.at_most_for
+        fence = RunFence(grant, at_most_for=bound, clock=services.clock)
         unlink = services.stop_when_lost(fence.lost, control)
         watchdog = asyncio.get_running_loop().create_task(fence.watch())
+        deadline = job.spec.starting_deadline
+
+        def start_by_of(tick: datetime) -> datetime | None:
+            if tick == plan.claimed and start_by is not None:
+                return tick + deadline
+            if fresh and services.clock.now() <= tick + deadline:
+                return tick + deadline
+            return None
+
         try:
             await services.run_plan(
                 job,
                 plan,
                 control,
                 fence=fence,
-                record=lambda t: RecordMode.DEFERRED if t == plan.claimed else RecordMode.GUARDED,
-                observe_lag=lambda t: t == plan.claimed,
+                # The claimed instant's record follows the start; a catch-up or overtaken
+                # tick's is created first (a RunLocally replica may have run it unguarded).
+                record=lambda t: (
+                    RecordMode.DEFERRED
+                    if t == plan.claimed and start_by is not None
+                    else RecordMode.GUARDED
+                ),
+                observe_lag=lambda t: t == plan.claimed and start_by is not None,
                 delay=lambda t: (
                     jitter_delay(job.name, t, job.spec.jitter) if t == plan.claimed else 0.0
                 ),
+                start_by=start_by_of,
             )
         finally:
             watchdog.cancel()
             unlink()
             fence.close()
+
+    async def _run_unguarded(self, entry: _Entry, instant: datetime) -> None:
+        """A RunLocally job's tick while the store is out of reach: run here, unguarded."""
+        services, job = self._services, entry.job
+        if services.clock.now() > instant + job.spec.starting_deadline or entry.stopped:
+            services.skip(job, "deadline", tick=instant)
+            return
+        if not await self._previous_done(entry, instant):
+            services.skip(job, "overlap", tick=instant)
+            return
+        entry.remember_unguarded(instant)
+        control = RunControl()
+
+        async def run() -> None:
+            await services.run_tick(
+                job,
+                instant,
+                control,
+                fence=None,
+                record=RecordMode.UNGUARDED,
+                start_by=instant + job.spec.starting_deadline,
+            )
+
+        task = asyncio.get_running_loop().create_task(
+            run(), name=f"leasecron unguarded run {job.name}"
+        )
+        entry.running = (task, control)
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _runs_locally(job: ScheduledJob) -> bool:
+    return job.spec.on_store_unavailable is StoreUnavailablePolicy.RUN_LOCALLY
+
+
+__all__ = ["MISSED_LATE", "ShardTicks"]

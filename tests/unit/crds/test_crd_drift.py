@@ -15,6 +15,7 @@ from pydantic.fields import FieldInfo
 
 from leasecron.models.crds import all_crds, crd_file_name, jobrun_crd, render, scheduledjob_crd
 from leasecron.models.specs import (
+    KEPT_VALUES,
     REMOVED_FIELDS,
     CatchUpSpec,
     ElectionSpec,
@@ -162,7 +163,9 @@ def test_a_removed_field_stays_in_the_schema_without_a_default_and_is_refused(fi
     assert spec["properties"][field]["type"] == "string"
     assert "default" not in spec["properties"][field]
     (rule,) = [r for r in spec["x-kubernetes-validations"] if r.get("fieldPath") == f".{field}"]
-    assert rule["rule"] == f"!has(self.{field})"
+    kept = KEPT_VALUES.get(field)
+    allowed = f" || self.{field} == '{kept}'" if kept else ""
+    assert rule["rule"] == f"!has(self.{field}){allowed}"
     assert rule["message"].startswith(f"spec.{field} was removed: ")
     assert f"self.{field}" in rule["messageExpression"]
 

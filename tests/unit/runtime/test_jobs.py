@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, MutableMapping
+from collections.abc import MutableMapping
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any, cast
@@ -14,7 +14,6 @@ from leasecron.kube.watches import WatchEvent
 from leasecron.models.specs import ScheduledJob
 from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._jobs import JobTable, Worker
-from leasecron.runtime._leader import GroupLeader
 from leasecron.runtime._registry import HandlerRegistry
 from leasecron.runtime._services import Services
 from leasecron.testing.handlers import scheduled_job
@@ -41,14 +40,6 @@ class FakeWorker:
         self._log.append(("stop", self._job.name, reason.value))
 
 
-class FakeLeader:
-    def __init__(self) -> None:
-        self.leader_jobs: list[str] = []
-
-    def ensure(self, jobs: Iterable[ScheduledJob]) -> None:
-        self.leader_jobs = sorted(j.name for j in jobs if j.spec.coordination.value == "Leader")
-
-
 def resource(name: str, *, generation: int = 1, uid: str = "u1", **spec: Any) -> dict[str, Any]:
     obj = scheduled_job(name, namespace="ns", **spec)
     obj["metadata"].update(
@@ -64,12 +55,7 @@ class Harness:
             registry.register(name, lambda ctx: None)
         services = SimpleNamespace(group="default", namespace="ns", registry=registry, shards=16)
         self.log: list[tuple[str, str, Any]] = []
-        self.leader = FakeLeader()
-        self.table = JobTable(
-            cast(Services, services),
-            cast(GroupLeader, self.leader),
-            make_worker=self._make,
-        )
+        self.table = JobTable(cast(Services, services), make_worker=self._make)
 
     def _make(self, job: ScheduledJob, created: datetime) -> Worker:
         return FakeWorker(job, self.log)
@@ -179,17 +165,19 @@ def test_a_job_whose_handler_is_not_registered_is_logged_once_and_picked_up_late
     assert h.table.ignored == {}
 
 
-def test_the_group_leader_is_wanted_only_while_a_leader_coordinated_job_exists() -> None:
-    async def scenario() -> list[list[str]]:
-        h = Harness("led")
-        seen = []
-        await h.send("ADDED", resource("led", coordination="Leader"))
-        seen.append(h.leader.leader_jobs)
-        await h.send("DELETED", resource("led", coordination="Leader"))
-        seen.append(h.leader.leader_jobs)
-        return seen
+def test_a_job_that_still_carries_the_removed_coordination_field_is_skipped_and_named() -> None:
+    async def scenario() -> tuple[list[tuple[str, str, Any]], list[MutableMapping[str, Any]]]:
+        h = Harness("led", "other")
+        with structlog.testing.capture_logs() as logs:
+            await h.send("ADDED", resource("led", coordination="Leader"))
+            await h.send("ADDED", resource("other"))
+        assert "coordination" in h.table.ignored["led"]
+        return h.log, logs
 
-    assert run(scenario()) == [["led"], []]
+    log, logs = run(scenario())
+    assert log == [("start", "other", "once-per-tick")]
+    warning = next(e for e in logs if e["event"] == "invalid ScheduledJob skipped")
+    assert "spec.coordination" in warning["error"] and "Leader" in warning["error"]
 
 
 def e_level(logs: list[MutableMapping[str, Any]], prefix: str) -> str:

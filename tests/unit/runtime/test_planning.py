@@ -14,6 +14,7 @@ from leasecron.runtime._planning import (
     jitter_delay,
     next_tick,
     plan_claimed,
+    plan_overtaken,
 )
 
 START = datetime(2026, 1, 1, 5, 30, tzinfo=UTC)
@@ -203,12 +204,42 @@ def test_ticks_before_the_job_existed_or_was_resumed_are_never_missed() -> None:
     assert plan.run == (at(4), at(5)) and plan.missed == ()
 
 
-def test_a_plan_from_a_handover_start_keeps_only_the_ticks_the_shard_owns() -> None:
-    plan = TickPlan(claimed=at(5), run=(at(2), at(3), at(5)), missed=(at(1), at(4)))
-    owned = plan.from_start(at(3))
-    assert owned.run == (at(3), at(5))
-    assert owned.missed == (at(4),)
-    assert owned.claimed == at(5)
-    # The claimed tick itself always stays (a claim never starts before its gate).
-    assert plan.from_start(at(5)).run == (at(5),)
-    assert plan.from_start(at(5)).missed == ()
+def overtaken(**kw: object) -> TickPlan | None:
+    args: dict[str, object] = {
+        "instant": at(5, 30),
+        "previous": at(1, 30),
+        "not_before": None,
+        "now": at(5, 30),
+        "starting_deadline": timedelta(minutes=10),
+        "catch_up": CatchUpPolicy.NONE,
+        "max_ticks": 3,
+    }
+    args.update(kw)
+    return plan_overtaken(HOURLY, **args)  # type: ignore[arg-type]
+
+
+def test_ticks_of_a_job_not_due_at_the_claimed_instant_are_recorded_missed_without_catch_up() -> (
+    None
+):
+    plan = overtaken()
+    assert plan is not None
+    assert plan.run == () and plan.missed == (at(2), at(3), at(4), at(5))
+    assert plan.claimed == at(5)
+
+
+def test_an_overtaken_tick_still_within_its_deadline_runs_and_catch_up_adds_the_older_ones() -> (
+    None
+):
+    fresh = overtaken(now=at(5, 5))
+    assert fresh is not None and fresh.run == (at(5),) and fresh.missed == (at(2), at(3), at(4))
+    latest = overtaken(catch_up=CatchUpPolicy.LATEST)
+    assert latest is not None and latest.run == (at(5),) and latest.missed == (at(2), at(3), at(4))
+    every = overtaken(catch_up=CatchUpPolicy.ALL, max_ticks=2)
+    assert every is not None and every.run == (at(4), at(5)) and every.missed == (at(2), at(3))
+
+
+def test_no_overtaken_plan_without_ticks_in_between_or_before_the_job_existed() -> None:
+    assert overtaken(previous=at(5, 1)) is None
+    assert overtaken(previous=None, not_before=None) is None
+    created = overtaken(previous=at(1, 30), not_before=at(4, 10))
+    assert created is not None and created.missed == (at(5),)

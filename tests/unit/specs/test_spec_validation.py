@@ -209,8 +209,8 @@ def test_the_single_owner_bucket_needs_no_schedule() -> None:
     assert job.spec.schedule is None
 
 
-@pytest.mark.parametrize("value", ["Lock", "Leader", "anything"])
-def test_the_removed_coordination_field_is_refused_whatever_its_value(value: str) -> None:
+@pytest.mark.parametrize("value", ["Leader", "anything"])
+def test_the_removed_coordination_field_is_refused_with_a_value_other_than_lock(value: str) -> None:
     problem = only_problem(once(coordination=value))
     assert (problem.path, problem.value) == ("spec.coordination", value)
     assert str(problem).startswith(f"spec.coordination: {value!r} was removed: ")
@@ -218,8 +218,15 @@ def test_the_removed_coordination_field_is_refused_whatever_its_value(value: str
 
 
 def test_a_removed_field_does_not_hide_the_other_problems_of_the_spec() -> None:
-    found = problems_of(once(coordination="Lock", jitter="2m"))
+    found = problems_of(once(coordination="Leader", jitter="2m"))
     assert set(found) == {"spec.coordination", "spec.jitter"}
+
+
+def test_coordination_lock_the_old_default_is_accepted_and_ignored() -> None:
+    """Objects stored with the old CRD's default keep running: Lock is what every
+    once-per-tick job gets now."""
+    job = validate_resource(once(coordination="Lock"))
+    assert "coordination" not in job.spec.model_dump()
 
 
 def test_a_once_per_tick_job_keeps_its_lock_settings() -> None:

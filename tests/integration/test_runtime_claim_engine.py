@@ -1,0 +1,298 @@
+"""The one claim engine against a real API server (docs/design.md, "The claim engine"): every
+once-per-tick job is claimed through its group's shard Leases whatever its lock settings, the
+shard count is the group record's, a job's token never decreases (shard Lease deleted, job
+deleted and applied again, records still queued), and each job keeps its own deadline."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from leasecron import JobContext, Scheduler
+from leasecron.kube.clients import Kube
+from leasecron.models.groups import ANNOTATION_SHARDS, group_lease_name
+from leasecron.models.leases import lease_body, parse_lease
+from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
+from leasecron.models.shards import shard_lease_name, shard_of
+from leasecron.runtime import Tuning
+from leasecron.testing import poll
+from leasecron.testing.faults import Fault
+from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
+
+pytestmark = pytest.mark.integration
+FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=2)
+
+
+def _objects(api: Any) -> Any:
+    return client.CustomObjectsApi(api)
+
+
+def _create(api: Any, namespace: str, name: str, **spec: Any) -> None:
+    spec.setdefault("schedule", "@every 1s")
+    spec.setdefault("handler", "work")
+    manifest = scheduled_job(name, **spec)
+    _objects(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, manifest
+    )
+
+
+def _delete(api: Any, namespace: str, name: str) -> None:
+    _objects(api).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, name
+    )
+
+
+def _schedulers(kube: Kube, namespace: str, *counts: int) -> list[tuple[Scheduler, Any]]:
+    pairs = []
+    for count in counts:
+        scheduler = Scheduler(
+            namespace=namespace, kube=kube, tuning=FAST, grace_period=5, shards=count
+        )
+        capture = CapturingHandler()
+        scheduler.register("work", capture)
+        pairs.append((scheduler, capture))
+    return pairs
+
+
+def _contexts(pairs: list[tuple[Scheduler, Any]], job: str | None = None) -> list[JobContext]:
+    found = [ctx for _, c in pairs for ctx in list(c.contexts) if job is None or ctx.job == job]
+    return sorted(found, key=lambda ctx: (ctx.job, ctx.tick))
+
+
+def _assert_once_with_growing_tokens(contexts: list[JobContext]) -> None:
+    per_tick = Counter((ctx.job, ctx.tick) for ctx in contexts)
+    twice = sorted(k for k, n in per_tick.items() if n > 1)
+    assert not twice, f"ticks run more than once: {twice}"
+    for job, runs in itertools.groupby(contexts, key=lambda ctx: ctx.job):
+        tokens = [ctx.token for ctx in runs]
+        assert all(t is not None for t in tokens), job
+        dropped = [(a, b) for a, b in itertools.pairwise(tokens) if b <= a]  # type: ignore[operator]
+        assert not dropped, f"{job}: the token did not grow: {dropped}"
+
+
+def test_every_once_per_tick_job_is_claimed_through_shards_whatever_its_lock_settings(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """Default settings (keepAlive: true), keepAlive: false, atLeastFor and RunLocally jobs
+    all run once per tick under shard claims: one token per shard and instant."""
+    pairs = _schedulers(kube, namespace, 2, 2)
+    _create(kube_api, namespace, "defaults")
+    _create(kube_api, namespace, "short", lock={"keepAlive": False, "atMostFor": "5s"})
+    _create(kube_api, namespace, "held", lock={"atLeastFor": "1s", "atMostFor": "5s"})
+    _create(kube_api, namespace, "local", onStoreUnavailable="RunLocally")
+    for scheduler, _ in pairs:
+        scheduler.start()
+    try:
+        jobs = ("defaults", "short", "held", "local")
+        poll(
+            lambda: all(len(_contexts(pairs, j)) >= 4 for j in jobs),
+            timeout=60,
+            what="4 runs of every job",
+        )
+    finally:
+        for scheduler, _ in pairs:
+            scheduler.stop()
+    contexts = _contexts(pairs)
+    _assert_once_with_growing_tokens(contexts)
+    leases = client.CoordinationV1Api(kube_api).list_namespaced_lease(namespace).items
+    names = {lease.metadata.name for lease in leases}
+    assert not any(n.startswith("leasecron-job-") for n in names), names
+    for ctx in contexts:
+        assert shard_lease_name("default", shard_of(ctx.job, shards=2), shards=2) in names
+    instants: dict[tuple[int, Any], set[int | None]] = {}
+    for ctx in contexts:
+        instants.setdefault((shard_of(ctx.job, shards=2), ctx.tick), set()).add(ctx.token)
+    assert all(len(tokens) == 1 for tokens in instants.values()), instants
+
+
+def test_replicas_configured_with_different_shard_counts_follow_the_group_record(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    first = _schedulers(kube, namespace, 3)
+    first[0][0].start()
+    try:
+        poll(
+            lambda: _group_shards(kube_api, namespace) == "3",
+            timeout=30,
+            what="the group record with 3 shards",
+        )
+        later = _schedulers(kube, namespace, 7)
+        for name in ("a", "b", "c", "d"):
+            _create(kube_api, namespace, name)
+        later[0][0].start()
+        pairs = first + later
+        try:
+            poll(
+                lambda: all(len(_contexts(pairs, j)) >= 5 for j in "abcd"),
+                timeout=60,
+                what="5 runs of every job",
+            )
+        finally:
+            later[0][0].stop()
+    finally:
+        first[0][0].stop()
+    _assert_once_with_growing_tokens(_contexts(pairs))
+    names = {
+        lease.metadata.name
+        for lease in client.CoordinationV1Api(kube_api).list_namespaced_lease(namespace).items
+    }
+    assert not [n for n in names if n.startswith("leasecron-shard-default-7-")], names
+    assert _contexts(later), "the replica configured with 7 shards ran nothing"
+
+
+def _group_shards(api: Any, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(
+            group_lease_name("default"), namespace
+        )
+    except client.ApiException:
+        return None
+    return (lease.metadata.annotations or {}).get(ANNOTATION_SHARDS)
+
+
+def test_a_job_deleted_and_applied_again_continues_above_its_last_token(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    pairs = _schedulers(kube, namespace, 4)
+    scheduler, capture = pairs[0]
+    _create(kube_api, namespace, "again")
+    scheduler.start()
+    try:
+        assert capture.wait_calls(3, timeout=30)
+        _delete(kube_api, namespace, "again")
+        before = max(ctx.token or 0 for ctx in _contexts(pairs, "again"))
+        seen = len(capture.contexts)
+        # Its JobRuns go with it (owner references): nothing of its history is read back.
+        _create(kube_api, namespace, "again")
+        assert capture.wait_calls(seen + 3, timeout=30)
+    finally:
+        scheduler.stop()
+    contexts = _contexts(pairs, "again")
+    after = [ctx.token or 0 for ctx in contexts[seen:]]
+    assert after and min(after) > before, (before, after)
+
+
+def test_a_shard_lease_deleted_while_its_records_are_queued_never_takes_tokens_back(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """JobRun creates are answered 503 (the records wait in the queue), and the shard Lease is
+    deleted meanwhile: the Lease created again hands out tokens above every one used."""
+    pairs = _schedulers(kube, namespace, 1)
+    scheduler, capture = pairs[0]
+    _create(kube_api, namespace, "queued")
+    scheduler.start()
+    try:
+        assert capture.wait_calls(2, timeout=30)
+        refused = Fault(verb="create", resource="jobruns", action="status", status=503)
+        with kube.faults.injected(refused):
+            seen = len(capture.contexts)
+            assert capture.wait_calls(seen + 2, timeout=30)
+            before = max(ctx.token or 0 for ctx in capture.contexts)
+            client.CoordinationV1Api(kube_api).delete_namespaced_lease(
+                shard_lease_name("default", 0, shards=1), namespace
+            )
+            seen = len(capture.contexts)
+            assert capture.wait_calls(seen + 3, timeout=30)
+        runs = wait_for_jobruns(
+            kube_api,
+            namespace=namespace,
+            until=lambda items: len(items) >= len(capture.contexts) - 1,
+            timeout=60,
+        )
+    finally:
+        scheduler.stop()
+    contexts = _contexts(pairs, "queued")
+    later = [ctx.token or 0 for ctx in contexts[seen:]]
+    assert later and min(later) > before, (before, later)
+    _assert_once_with_growing_tokens(contexts)
+    assert runs
+
+
+def test_a_shard_instant_never_loses_a_job_to_another_jobs_shorter_deadline(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """Another holder's live grant blocks the shard for 3 s: the job with a 1 s
+    startingDeadline misses that tick (recorded Missed), the one with 30 s still runs it."""
+    pairs = _schedulers(kube, namespace, 1)
+    scheduler = pairs[0][0]
+    _create(kube_api, namespace, "patient", schedule="@every 10s", startingDeadline="30s")
+    _create(kube_api, namespace, "hasty", schedule="@every 10s", startingDeadline="1s")
+    scheduler.start()
+    try:
+        poll(lambda: _contexts(pairs, "patient"), timeout=30, what="a run of 'patient'")
+        first = _contexts(pairs, "patient")[-1].tick
+        blocked = first + timedelta(seconds=10)
+        _hold_shard(kube_api, namespace, holder="someone-else", seconds=3, until=blocked)
+        poll(
+            lambda: any(c.tick == blocked for c in _contexts(pairs, "patient")),
+            timeout=40,
+            what="'patient' run at the blocked instant",
+        )
+        runs = wait_for_jobruns(
+            kube_api,
+            namespace=namespace,
+            job="hasty",
+            until=lambda items: any(
+                i["metadata"]["name"] == jobrun_name("hasty", blocked) for i in items
+            ),
+            timeout=30,
+        )
+    finally:
+        scheduler.stop()
+    hasty = next(i for i in runs if i["metadata"]["name"] == jobrun_name("hasty", blocked))
+    assert hasty["status"]["outcome"] == "Missed"
+    assert not any(c.tick == blocked for c in _contexts(pairs, "hasty"))
+    late = [c for c in _contexts(pairs) if c.tick == blocked]
+    assert all(c.job == "patient" for c in late)
+
+
+def _hold_shard(api: Any, namespace: str, *, holder: str, seconds: int, until: datetime) -> None:
+    """Just before `until`, write a live grant of `holder` on the group's one shard Lease (its
+    recorded tick kept), as another replica's claim would."""
+    leases = client.CoordinationV1Api(api)
+    name = shard_lease_name("default", 0, shards=1)
+    poll(lambda: _read(api, namespace, name), timeout=30, what=f"Lease {name}")
+    wait = (until - datetime.now(UTC)).total_seconds() - 1.0
+    assert wait > 0, "too late to block the instant"
+    poll(
+        lambda: (until - datetime.now(UTC)).total_seconds() < 1.0,
+        timeout=wait + 1,
+        what="a second before the instant",
+    )
+
+    def write() -> bool:
+        raw = _read(api, namespace, name)
+        assert raw is not None
+        record = parse_lease(raw)
+        now = datetime.now(UTC)
+        grant = dataclasses.replace(
+            record,
+            holder=holder,
+            lease_duration_s=seconds,
+            transitions=record.transitions + 1,
+            acquire_time=now,
+            renew_time=now,
+        )
+        try:
+            leases.replace_namespaced_lease(name, namespace, lease_body(grant, base=raw))
+        except client.ApiException:
+            return False
+        return True
+
+    poll(write, timeout=5, what="a grant of another holder written")
+
+
+def _read(api: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    leases = client.CoordinationV1Api(api)
+    try:
+        lease = leases.read_namespaced_lease(name, namespace)
+    except client.ApiException:
+        return None
+    raw: dict[str, Any] = api.sanitize_for_serialization(lease)
+    return raw
