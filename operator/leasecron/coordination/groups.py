@@ -22,7 +22,7 @@ Neither claims instants nor decides who runs what: `coordination.shards.ShardLoc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,18 +58,23 @@ Subscriber = Callable[[GroupState], None]
 """Told (on the loop thread) the record's state when its shard count or floor tick changed."""
 
 
-def _lease(
+def _record_lock(
     kube: Kube | LeaseStoreLike,
     cache: LeaseCache | LeaseView | None,
     *,
     clock: Clock,
     namespace: str,
-    name: str,
-    role: str,
-    labels: Mapping[str, str],
+    group: str,
 ) -> LeaseLock:
+    """The lock of `group`'s record Lease."""
     return LeaseLock.open(
-        kube, cache, clock=clock, namespace=namespace, name=name, role=role, labels=labels
+        kube,
+        cache,
+        clock=clock,
+        namespace=namespace,
+        name=group_lease_name(group),
+        role=ROLE_GROUP,
+        labels={LABEL_GROUP: group},
     )
 
 
@@ -107,15 +112,7 @@ class GroupRecord:
         self.identity = identity
         self.configured_shards = _check_count(configured_shards, "configured_shards")
         self._timeout = request_timeout
-        self.lease = _lease(
-            kube,
-            cache,
-            clock=clock,
-            namespace=namespace,
-            name=group_lease_name(group),
-            role=ROLE_GROUP,
-            labels={LABEL_GROUP: group},
-        )
+        self.lease = _record_lock(kube, cache, clock=clock, namespace=namespace, group=group)
         self._log = get_logger("leasecron.coordination").bind(
             group=group, lease=self.lease.name, namespace=namespace, identity=identity
         )
@@ -285,7 +282,7 @@ def _shard_locks(
 ) -> list[LeaseLock]:
     """The locks of the shard Leases of `group` with `shards` shards (a view of their own)."""
     return [
-        _lease(
+        LeaseLock.open(
             kube,
             None,
             clock=clock,
@@ -342,15 +339,7 @@ async def change_shard_count(
     not read, KubeError when the store fails (running it again continues where it stopped).
     """
     _check_count(shards, "shards")
-    record_lock = _lease(
-        kube,
-        None,
-        clock=clock,
-        namespace=namespace,
-        name=group_lease_name(group),
-        role=ROLE_GROUP,
-        labels={LABEL_GROUP: group},
-    )
+    record_lock = _record_lock(kube, None, clock=clock, namespace=namespace, group=group)
     # 1. The record and its count.
     seen = await _get(record_lock, None)
     if seen is None:
