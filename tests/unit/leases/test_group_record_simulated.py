@@ -296,3 +296,19 @@ def test_a_count_change_back_to_a_count_whose_leases_are_left_is_refused() -> No
 
     simulate(server.clock, main)
     assert record(server).shards == 3
+
+
+def test_a_deleted_record_is_written_again_with_the_last_ceiling_this_replica_knew() -> None:
+    server = FakeLeaseServer(FakeClock())
+
+    async def main() -> tuple[int, int]:
+        a = Replica(server, "a")
+        await a.group.start()
+        await claimed(a.shard(0), tick(0))
+        ceiling = record(server).ceiling
+        await delete(server, RECORD)
+        return ceiling, (await claimed(a.shard(1), tick(0))).token
+
+    ceiling, token = simulate(server.clock, main)
+    assert token > ceiling  # the new shard Lease starts above the deleted record's ceiling
+    assert record(server).ceiling >= token
