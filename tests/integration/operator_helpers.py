@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
+from operator_rbac import chart_operator_kubeconfig
 
 from leasecron.bench._operator_process import OperatorSubprocess
 from leasecron.testing import ChildProcess
@@ -52,20 +53,27 @@ scheduler.run_forever()
 def running_operator(
     kubeconfig: Path, namespace: str, tmp_path: Path, *, name: str = "operator", **kwargs: Any
 ) -> Iterator[OperatorSubprocess]:
-    """The operator watching `namespace` (its election Lease there too), once it leads."""
-    operator = OperatorSubprocess(
-        kubeconfig=kubeconfig,
-        log_path=tmp_path / f"{name}.log",
-        namespaces=[namespace],
-        election_namespace=namespace,
-        identity=name,
-        **kwargs,
+    """The operator watching `namespace` (its election Lease there too), once it leads. It
+    runs as the chart's operator ServiceAccount with exactly the chart's RBAC (`kubeconfig`,
+    the admin's, only sets that up: see operator_rbac)."""
+    lease = kwargs.setdefault("election_lease", "leasecron-operator")
+    credentials = chart_operator_kubeconfig(
+        kubeconfig, namespace, tmp_path / f"{name}-rbac", election_lease=lease
     )
-    try:
-        operator.wait(operator.leading, timeout=30, what="leading")
-        yield operator
-    finally:
-        operator.stop()
+    with credentials as operator_kubeconfig:
+        operator = OperatorSubprocess(
+            kubeconfig=operator_kubeconfig,
+            log_path=tmp_path / f"{name}.log",
+            namespaces=[namespace],
+            election_namespace=namespace,
+            identity=name,
+            **kwargs,
+        )
+        try:
+            operator.wait(operator.leading, timeout=30, what="leading")
+            yield operator
+        finally:
+            operator.stop()
 
 
 @contextlib.contextmanager

@@ -1,8 +1,10 @@
 """The operator's Lease rights as the chart grants them, asked the way an administrator asks:
 `kubectl auth can-i` run with the operator ServiceAccount's own token against the real API
-server, and a real write attempt. The operator creates and watches the jobs' Leases and renews
-its own election Lease; it must not be able to update or delete anyone else's Lease (the
-kube-system election Leases, the node heartbeats in kube-node-lease)."""
+server, and a real write attempt. The operator creates and watches the jobs' Leases, raises
+token floors on each namespace's floors Lease and renews its own election Lease; it must not
+be able to update or delete anyone else's Lease (the kube-system election Leases, the node
+heartbeats in kube-node-lease, the jobs' Leases the replicas write). And the operator, run
+as that ServiceAccount, doing the work that needs those rights."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import pytest
 from chart_helpers import Helm, Release, installed
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from operator_helpers import GROUP, VERSION, StartOperator, apply_job, get_job, poll
 
+from leasecron.coordination.floors import FLOORS_LEASE, tombstone_key
 from leasecron.testing import Assets, ClusterAccess, ensure_assets
 
 pytestmark = pytest.mark.integration
@@ -129,6 +133,8 @@ def test_a_cluster_wide_operator_cannot_update_system_or_node_leases_but_can_do_
         assert can_i("create", LEASES, "-n", "team-a")
         assert can_i("watch", LEASES, "--all-namespaces")
         assert can_i("list", LEASES, "--all-namespaces")
+        # Raising a token floor: a conditional replace of the namespace's floors Lease.
+        assert can_i("update", f"{LEASES}/{FLOORS_LEASE}", "-n", "team-a")
         # What it must not do: write anybody's Lease but its own election Lease.
         for verb in ("update", "patch", "delete"):
             assert not can_i(verb, f"{LEASES}/{system}", "-n", "kube-system"), verb
@@ -174,3 +180,68 @@ def test_a_namespaced_operator_cannot_even_read_leases_outside_its_namespaces(
             assert not can_i("get", f"{LEASES}/{name}", "-n", ns)
             assert not can_i("update", f"{LEASES}/{name}", "-n", ns)
         assert not can_i("create", LEASES, "-n", "kube-system")
+
+
+FINALIZER = "leasecron.dev/token-floor"
+
+
+def _floors(api: client.ApiClient, namespace: str) -> dict[str, str]:
+    leases = client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
+    found = [x for x in leases if x.metadata.name == FLOORS_LEASE]
+    return dict(found[0].metadata.annotations or {}) if found else {}
+
+
+def test_the_operator_as_the_chart_runs_it_records_the_floors_of_two_jobs_deleted_together(
+    kube_api: client.ApiClient, namespace: str, start_operator: StartOperator
+) -> None:
+    """Each single-owner job has a Lease of its own, whose token is recorded as a floor when
+    the job is deleted. The first floor creates the floors Lease, the second updates it: both
+    need the chart's RBAC (start_operator runs the operator as the chart's ServiceAccount)."""
+    coordination = client.CoordinationV1Api(kube_api)
+    tokens = {"first": 4, "second": 6}
+    with start_operator() as operator:
+        for job, token in tokens.items():
+            apply_job(kube_api, namespace, job, bucket="single-owner")
+            lease = poll(
+                lambda job=job: next(
+                    (
+                        x
+                        for x in coordination.list_namespaced_lease(namespace).items
+                        if x.metadata.name == f"leasecron-job-{job}"
+                    ),
+                    None,
+                ),
+                timeout=10,
+                what=f"the Lease of {job}",
+            )
+            lease.spec.lease_transitions = token  # claims no JobRun records
+            coordination.replace_namespaced_lease(lease.metadata.name, namespace, lease)
+            poll(
+                lambda job=job: (
+                    FINALIZER
+                    in (get_job(kube_api, namespace, job)["metadata"].get("finalizers") or [])
+                ),
+                timeout=10,
+                what=f"{job} held by the operator's finalizer",
+            )
+        jobs = client.CustomObjectsApi(kube_api)
+        for job in tokens:
+            jobs.delete_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", job)
+        expected = {tombstone_key(job): str(token) for job, token in tokens.items()}
+        recorded = poll(
+            lambda: (floors := _floors(kube_api, namespace)) == expected and floors,
+            timeout=15,
+            what=f"both floors recorded: {expected}",
+        )
+        assert recorded == expected
+        poll(
+            lambda: (
+                not jobs.list_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs")[
+                    "items"
+                ]
+            ),
+            timeout=10,
+            what="both jobs gone",
+        )
+        log = operator.log_path.read_text()
+    assert "Forbidden" not in log and "403" not in log, log[-3000:]
