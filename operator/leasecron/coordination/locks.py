@@ -52,15 +52,12 @@ from leasecron.models.decisions import (
 )
 from leasecron.models.leases import LeaseRecord, parse_lease
 from leasecron.models.names import format_tick
-from leasecron.models.shards import ShardGate, gate_on
 
 SKIP_CONFLICT = "conflict"
 SKIP_EXISTS = "exists"
 SKIP_UNAVAILABLE = "store_unavailable"
 SKIP_UNCERTAIN = "uncertain"
 SKIP_ERROR = "error"
-SKIP_SHARDED = "sharded"
-"""The job's Lease hands this tick to a shard Lease (`coordination.handovers`)."""
 _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 _FREE_RETRY_CAP = 5.0
@@ -165,23 +162,13 @@ class TickLock(LeaseParty):
         record = self._record()
         return record is not None and record.tick is not None and record.tick >= tick
 
-    def gate(self) -> ShardGate | None:
-        """The hand-over to a shard Lease the Lease shows (`coordination.handovers`)."""
-        seen = self.lease.observe()
-        return gate_on(seen.obj) if seen is not None else None
-
-    def _sharded(self, tick: datetime) -> bool:
-        """Whether the Lease hands `tick` to a shard Lease: then it is not claimed here."""
-        gate = self.gate()
-        return gate is not None and gate.covers(tick)
-
     def taken_by_other(self, tick: datetime) -> bool:
         """Whether what this process knows says another replica has `tick` or runs the job
         now: the Lease records `tick` or a later one, or another holder's grant is live."""
         seen = self.lease.observe()
         if seen is None:
             return False
-        if self._taken(tick) or self._sharded(tick):
+        if self._taken(tick):
             return True
         record = seen.observation.record
         live = grant_live(
@@ -234,8 +221,6 @@ class TickLock(LeaseParty):
         if isinstance(starting_deadline, int | float):
             starting_deadline = timedelta(seconds=starting_deadline)
         seen = self.lease.observe()
-        if self._sharded(tick):
-            return self._skip(SKIP_SHARDED, tick)
         try:
             floor = max(await self._token_floor(seen), above)
         except KubeError as e:

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Unpack
 
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Grant
@@ -45,7 +45,7 @@ from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live
 from leasecron.models.groups import GroupRecordError, retired
 from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.names import LABEL_GROUP
-from leasecron.models.shards import LABEL_SHARD, parse_released
+from leasecron.models.shards import LABEL_SHARD
 
 if TYPE_CHECKING:
     from leasecron.coordination.groups import GroupRecord
@@ -93,15 +93,6 @@ class ShardLock(TickLock):
         self._idle = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self._highest_used = 0
-        self._released: dict[int, dict[str, datetime] | None] = {}
-
-    # --- what a claim may run -----------------------------------------------------------------
-
-    def released(self, grant: Grant) -> dict[str, datetime] | None:
-        """The hand-overs the shard Lease had let go of when `grant` was claimed: the jobs its
-        holder must not run (`coordination.handovers`). None: the record did not read, so no
-        job may be run under it."""
-        return self._released.get(grant.token)
 
     # --- TickLock hooks -----------------------------------------------------------------------
 
@@ -117,18 +108,6 @@ class ShardLock(TickLock):
 
     def _replaceable(self) -> set[int]:
         return {token for token, grant in self._grants.items() if grant.held}
-
-    def _grant(self, token: int, claim: Any) -> Grant:
-        # The view is at or after the claim's own write here (its reply or the read-back was
-        # noted), and what a shard Lease lets go of only grows: every release written before
-        # the claim is seen.
-        seen = self.lease.observe()
-        self._released[token] = parse_released(lease_annotations(seen.obj)) if seen else None
-        return super()._grant(token, claim)
-
-    def _forget(self, token: int) -> None:
-        self._released.pop(token, None)
-        super()._forget(token)
 
     async def _claim_now(
         self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int
