@@ -147,19 +147,27 @@ def test_a_shard_lease_deleted_and_created_again_continues_its_tokens_above_the_
 def test_a_claim_above_the_ceiling_raises_the_recorded_ceiling_first(
     kube_api: ApiClient, namespace: str
 ) -> None:
-    async def scenario() -> tuple[GroupState, int, int]:
+    async def scenario() -> tuple[GroupState, int, Grant, int]:
         async with replicas(kube_api, namespace, 4) as (a,):
             before = recorded(kube_api, namespace)
-            grant = await claimed(a.shard(), tick(0))
-            annotate(kube_api, namespace, RECORD, {ANNOTATION_TOKEN_CEILING: str(grant.token)})
-            await a.sees(lambda: a.group.state.ceiling == grant.token)
-            return before, grant.token, (await claimed(a.shard(), tick(1))).token
+            first = await claimed(a.shard(), tick(0))
+            annotate(kube_api, namespace, RECORD, {ANNOTATION_TOKEN_CEILING: str(first.token)})
+            await a.sees(lambda: a.group.state.ceiling == first.token)
+            lock = a.shard()
+            second = await lock.try_claim(tick(1))
+            assert isinstance(second, Grant), second
+            seen = lock.lease.observe()
+            assert seen is not None and seen.resource_version is not None
+            await lock.release(second)
+            return before, first.token, second, int(seen.resource_version)
 
-    before, first, second = run(scenario)
+    before, first, second, claim_revision = run(scenario)
     assert before == GroupState(shards=4)  # created by the first replica, no ceiling yet
-    assert first == 1
-    assert second == first + 1  # a lowered ceiling only means the next claim raises it again
-    assert recorded(kube_api, namespace).ceiling >= second
+    assert (first, second.token) == (1, 2)
+    record = lease_obj(kube_api, namespace, RECORD)
+    assert parse_group(lease_annotations(record)).ceiling >= second.token
+    # raised before the claim was written (etcd revisions grow across all objects)
+    assert int(record["metadata"]["resourceVersion"]) < claim_revision
 
 
 def test_a_count_change_claims_no_instant_twice_and_lets_no_token_go_down(
@@ -177,6 +185,7 @@ def test_a_count_change_claims_no_instant_twice_and_lets_no_token_go_down(
                 b.kube, namespace=namespace, group=GROUP, shards=3, report=lines.append
             )
             await a.sees(lambda: a.group.state.shards == 3)
+            await b.sees(lambda: b.group.state.shards == 3)
             on_old = await old_locks[0].try_claim(tick(3))
             taken = await a.shard(0).try_claim(tick(2))
             new = await claimed(b.shard(0), tick(3))
@@ -231,4 +240,4 @@ def test_replicas_configured_with_different_counts_both_follow_the_record(
 
     a_shards, b_shards, second = run(scenario)
     assert (a_shards, b_shards) == (4, 4)
-    assert second == Skipped("taken", "")  # the same shard Lease: the same instant
+    assert isinstance(second, Skipped) and second.reason == "taken"  # the same shard Lease
