@@ -1,4 +1,4 @@
-"""`ShardLock`: the claim of one instant of one shard of a group's jobs (docs/claims.md).
+"""`ShardLock`: the claim of one instant of one shard of a group's jobs (docs/design.md §5.3-§5.5).
 
 A shard Lease is a `TickLock` Lease whose recorded tick is the last instant claimed for the
 shard: one conditional write claims instant T for every job of the shard due at T, and its
@@ -45,13 +45,15 @@ from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live
 from leasecron.models.groups import GroupRecordError, retired
 from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.names import LABEL_GROUP
-from leasecron.models.shards import LABEL_SHARD
+from leasecron.models.shards import LABEL_SHARD, shard_lease_name
 
 if TYPE_CHECKING:
     from leasecron.coordination.groups import GroupRecord
 
 SKIP_RETIRED = "retired"
 """The shard Lease's count was replaced (`leasecron.dev/retired`): nothing is claimed on it."""
+SKIP_OTHER_COUNT = "other_shard_count"
+"""The shard Lease belongs to another shard count than the group record's."""
 SKIP_GROUP_UNREADABLE = "group_record_unreadable"
 """The claim needs a higher token ceiling and the group record does not read."""
 DEFAULT_SHARD_LEASE_S = 10
@@ -157,7 +159,18 @@ class ShardLock(TickLock):
             except KubeError as e:
                 self._log.warning("raising the token ceiling failed", error=repr(e))
                 return self._skip(SKIP_ERROR, tick, error=repr(e))
+            if not self._of_recorded_count():
+                return self._skip(SKIP_OTHER_COUNT, tick, shards=self.group.state.shards)
         return await super()._send_claim(decision, seen, tick)
+
+    def _of_recorded_count(self) -> bool:
+        """Whether this shard Lease is of the count the group record says (True while the
+        record is not known: the first claim's reservation creates it with this count)."""
+        group = self.group
+        index = self.lease.labels.get(LABEL_SHARD, "")
+        if group is None or group.lease.observe() is None or not index.isdigit():
+            return True
+        return self.name == shard_lease_name(group.group, int(index), shards=group.state.shards)
 
     def holding(self) -> bool:
         """Whether the Lease shows a live grant of ours: then only this replica can claim the

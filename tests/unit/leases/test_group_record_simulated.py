@@ -20,7 +20,7 @@ from leasecron.coordination import (
     Skipped,
     change_shard_count,
 )
-from leasecron.coordination.shards import ShardLock, shard_config
+from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.kube.watches import WatchEvent
 from leasecron.models.clocks import FakeClock
 from leasecron.models.groups import (
@@ -312,3 +312,26 @@ def test_a_deleted_record_is_written_again_with_the_last_ceiling_this_replica_kn
     ceiling, token = simulate(server.clock, main)
     assert token > ceiling  # the new shard Lease starts above the deleted record's ceiling
     assert record(server).ceiling >= token
+
+
+def test_a_shard_lease_of_another_count_than_the_record_is_never_claimed() -> None:
+    server = FakeLeaseServer(FakeClock())
+
+    async def main() -> Grant | Skipped:
+        a = Replica(server, "a", shards=4)
+        await a.group.start()
+        lock = ShardLock(
+            a.client,
+            a.cache,
+            namespace=NS,
+            name=shard_lease_name(GROUP, 0, shards=2),
+            labels=shard_labels(GROUP, 0),
+            config=shard_config(3),
+            identity="a",
+            clock=server.clock,
+            group=a.group,
+        )
+        return await lock.try_claim(tick(0))
+
+    assert simulate(server.clock, main) == Skipped("other_shard_count", "")
+    assert server.stored(NS, shard_lease_name(GROUP, 0, shards=2)) is None
