@@ -74,3 +74,19 @@ def test_bench_ticks_runs_every_tick_of_every_job_exactly_once(kubeconfig: Path)
     assert (figures["duplicates"], figures["missed"]) == (0, 0)
     assert sum(figures["runs_per_replica"].values()) == figures["runs"]
     assert figures["writes_per_run"] >= 1.0
+
+
+def test_bench_ticks_through_the_runtime_runs_default_spec_jobs_once_and_records_each(
+    kubeconfig: Path,
+) -> None:
+    figures = bench(
+        kubeconfig,
+        *("ticks", "--through", "runtime", "--replicas", "2", "--jobs", "3", "--ticks", "2"),
+    )
+
+    assert figures["through"] == "runtime"
+    assert figures["runs"] == 3 * 2
+    assert (figures["duplicates"], figures["missed"], figures["past_deadline"]) == (0, 0, 0)
+    assert figures["jobruns"] == {"Succeeded": 6}
+    assert figures["jobruns_written_s"] is not None
+    assert figures["rss_mb_max"] > 0

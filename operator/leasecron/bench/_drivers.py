@@ -3,7 +3,7 @@
 A driver is a module with `async def elect(args, io)` and/or `async def ticks(args, io)`
 (args: the replica's argparse namespace, io: a `ReplicaIO`), listed in `DRIVERS` under the
 name `--through` selects. `coordination` drives TickLock and Elector directly; `runtime` runs
-the in-pod Scheduler on real ScheduledJobs (per-job or shard claims, JobRun records). The
+the in-pod Scheduler on real ScheduledJobs (shard claims, JobRun records). The
 message protocol is described in `_replica`.
 """
 

@@ -67,7 +67,9 @@ def bench_run(*, prefix: str, through: str, kubeconfig: str | None = None) -> It
 
 
 def print_result(figures: dict[str, Any], human: str, *, json_output: bool) -> None:
-    """The table; then, with `json_output`, the figures as the last line of stdout."""
-    print(human, flush=True)
+    """The table (unless empty); then, with `json_output`, the figures as the last line of
+    stdout."""
+    if human:
+        print(human, flush=True)
     if json_output:
         print(json.dumps(figures), flush=True)

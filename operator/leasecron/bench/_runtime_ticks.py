@@ -3,8 +3,9 @@ ScheduledJobs and the tick instants they fire at.
 
 Every job gets a 6-field cron schedule that fires exactly at the benchmark's ticks (seconds
 `s..s+ticks-1` of one minute), so nothing runs before or after the measured window; jobs are
-short once-per-tick ones (`lock.keepAlive: false`, `atMostFor: 30s`), the kind claimed through
-shards. The parent picks the epoch far enough ahead for the replicas to see every job first.
+once-per-tick ones with the default spec (no lock settings, startingDeadline 60s), claimed
+through their group's shard Leases like every once-per-tick job. The parent picks the epoch far
+enough ahead for the replicas to see every job first, and counts the JobRuns afterwards.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -19,10 +21,10 @@ from typing import Any, Protocol
 from leasecron.bench._drivers import bench_job
 from leasecron.bench._through_runtime import BENCH_GROUP, HANDLER
 from leasecron.kube.clients import Kube
-from leasecron.kube.jobruns import ScheduledJobStore
+from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
 
 _LEAD_S = 15.0
-_LEAD_PER_JOB_S = 0.03
+_LEAD_PER_JOB_S = 0.012  # creating them (about 180/s) and every replica seeing them
 
 
 def apply_crds(kubeconfig: str) -> None:
@@ -87,7 +89,6 @@ def _job(index: int, schedule: str) -> dict[str, Any]:
             "schedule": schedule,
             "group": BENCH_GROUP,
             "handler": HANDLER,
-            "lock": {"atMostFor": "30s", "keepAlive": False},
         },
     }
 
@@ -97,3 +98,18 @@ def create_jobs(kubeconfig: str, namespace: str, *, jobs: int, epoch: float, tic
     schedule = tick_schedule(epoch, ticks)
     bodies = [_job(index, schedule) for index in range(jobs)]
     asyncio.run(create_objects(kubeconfig, namespace, bodies, ScheduledJobStore))
+
+
+def count_jobruns(kubeconfig: str, namespace: str) -> dict[str, int]:
+    """The JobRuns of `namespace` by outcome (`Running` for one without an outcome yet)."""
+
+    async def count() -> dict[str, int]:
+        kube = Kube.from_config(kubeconfig=kubeconfig, max_workers=1, request_timeout=120.0)
+        try:
+            runs = await JobRunStore(kube).list(namespace=namespace)
+        finally:
+            await kube.close()
+        outcomes = Counter(str((r.get("status") or {}).get("outcome") or "Running") for r in runs)
+        return dict(sorted(outcomes.items()))
+
+    return asyncio.run(count())

@@ -1,11 +1,13 @@
 """The `runtime` driver of a benchmark replica: the in-pod Scheduler itself, as an application
 runs it, with the benchmark's ScheduledJobs (created by the parent) and one async handler.
 
-`ticks`: start a Scheduler of group `bench` with `--shards` shards (0: every job claims on its
-own Lease) and report "ready"; on the epoch command wait until it runs all `--jobs` jobs
-("synced"), report every handler start as a grant (job, tick index, token, start lag after
-the tick), and once the last tick's runs are over and this process's run records are written,
-report "done" with its API requests and writes (by resource), peak RSS and CPU seconds.
+`ticks`: start a Scheduler of group `bench` (`--shards`: the shard count it proposes when the
+group has no record yet) and report "ready"; on the epoch command wait until it runs all
+`--jobs` jobs ("synced"), report every handler start as a grant (job, tick index, token, the
+handler's own wall-clock start `t` and its lag after the tick), and once the last tick's runs
+are over and this process's run records are written, report "done" with its API requests and
+writes (by resource), when its record backlog last emptied (`records_idle_at`: every JobRun of
+its runs written), peak RSS and CPU seconds.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from leasecron._metrics import RECORD_BACKLOG
 from leasecron.bench._drivers import ReplicaIO
 from leasecron.kube.clients import Kube
 from leasecron.runtime import JobContext, Scheduler, Tuning
@@ -26,15 +29,30 @@ from leasecron.runtime import JobContext, Scheduler, Tuning
 BENCH_GROUP = "bench"
 HANDLER = "bench"
 _SETTLE_S = 3.0
-_RECORDS_WAIT_S = 60.0
+_RECORDS_WAIT_S = 120.0
+_BACKLOG_POLL_S = 0.02
 
 
-def _sample(name: str) -> float:
-    for metric in REGISTRY.collect():
-        for sample in metric.samples:
-            if sample.name == name:
-                return float(sample.value)
-    return 0.0
+def _backlog() -> float:
+    """The record backlog gauge alone (collecting the whole registry costs a sample per job)."""
+    return float(next(iter(RECORD_BACKLOG.collect())).samples[0].value)
+
+
+class _BacklogWatch:
+    """When this process's record backlog last went from pending to empty (wall time)."""
+
+    def __init__(self) -> None:
+        self.idle_at: float | None = None
+        self.pending_seen = False
+
+    async def run(self) -> None:
+        pending = False
+        while True:
+            now = _backlog() > 0
+            if pending and not now:
+                self.idle_at = time.time()
+            pending, self.pending_seen = now, self.pending_seen or now
+            await asyncio.sleep(_BACKLOG_POLL_S)
 
 
 def writes_by_resource() -> dict[str, float]:
@@ -107,16 +125,20 @@ async def _measure(args: argparse.Namespace, io: ReplicaIO, kube: Kube, epoch: f
     await asyncio.sleep(max(0.0, epoch - time.time()))
     writes, requests, cpu = kube.write_count, kube.request_count, _cpu_seconds()
     by_resource = writes_by_resource()
+    watch = _BacklogWatch()
+    watcher = asyncio.create_task(watch.run())
     end = epoch + (args.ticks - 1) * args.period + args.run_ms / 1000.0 + _SETTLE_S
     await asyncio.sleep(max(0.0, end - time.time()))
-    await _until(lambda: _sample("leasecron_record_backlog") <= 0, timeout=_RECORDS_WAIT_S)
+    await _until(lambda: _backlog() <= 0, timeout=_RECORDS_WAIT_S)
+    watcher.cancel()
     after = writes_by_resource()
     io.emit(
         event="done",
+        records_idle_at=watch.idle_at if watch.pending_seen else None,
         requests=kube.request_count - requests,
         writes=kube.write_count - writes,
         writes_by={k: v - by_resource.get(k, 0.0) for k, v in after.items()},
-        record_backlog=_sample("leasecron_record_backlog"),
+        record_backlog=_backlog(),
         rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         cpu_s=_cpu_seconds() - cpu,
         standby_requests=0,

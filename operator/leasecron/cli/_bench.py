@@ -1,4 +1,4 @@
-"""`leasecron bench handover|failover|ticks|operator|chaos`: the figures of DESIGN.md section 8.
+"""`leasecron bench handover|failover|ticks|cronjob|operator|chaos`: DESIGN.md section 8.
 
 Thin click wiring over `leasecron.bench`; each command runs against the cluster of
 $KUBECONFIG, or starts a throwaway local control plane when it is unset. Progress goes to
@@ -13,9 +13,10 @@ from typing import Any
 import click
 
 from leasecron.bench import run_elections, run_ticks
+from leasecron.bench._cronjob import GENEROUS_FLAGS, run_cronjob
 from leasecron.bench._drivers import DRIVERS
 from leasecron.bench._processes import BenchError
-from leasecron.models.shards import DEFAULT_SHARDS
+from leasecron.models.shards import DEFAULT_SHARDS, MAX_SHARDS
 
 _json = click.option("--json", "json_output", is_flag=True, help="Print the figures as JSON last.")
 _through = click.option(
@@ -86,9 +87,15 @@ bench.add_command(
 )
 @click.option(
     "--shards",
+    type=click.IntRange(1, MAX_SHARDS),
     default=DEFAULT_SHARDS,
     show_default=True,
-    help="--through runtime: shards per group (0: every job claims on its own Lease).",
+    help="--through runtime: the shard count proposed for the group's record.",
+)
+@click.option(
+    "--compare-cronjob",
+    is_flag=True,
+    help="Then run the CronJob controller with as many CronJobs (see `bench cronjob`).",
 )
 @_through
 @_json
@@ -99,10 +106,12 @@ def ticks(
     run_ms: float,
     claim_step: float,
     shards: int,
+    compare_cronjob: bool,
     through: str,
     json_output: bool,
 ) -> None:
-    """Replicas contend for every job's ticks (through the lock, or the whole runtime)."""
+    """Replicas contend for every job's ticks (through the whole runtime on default-spec
+    ScheduledJobs, or through the TickLock primitive alone)."""
     _run(
         run_ticks,
         replicas=replicas,
@@ -111,7 +120,30 @@ def ticks(
         run_ms=run_ms,
         claim_step=claim_step,
         shards=shards,
+        compare_cronjob=compare_cronjob,
         through=through,
+        json_output=json_output,
+    )
+
+
+@bench.command("cronjob")
+@click.option("--jobs", default=1000, show_default=True, help="CronJobs on one minute.")
+@click.option("--minutes", default=1, show_default=True, help="Whole minutes measured.")
+@click.option(
+    "--flags",
+    default="default,generous",
+    show_default=True,
+    help="Controller flag sets, comma-separated (generous: " + " ".join(GENEROUS_FLAGS) + ").",
+)
+@_json
+def cronjob(jobs: int, minutes: int, flags: str, json_output: bool) -> None:
+    """The Kubernetes CronJob controller (its own kube-controller-manager): creation time of
+    each Job minus its scheduled time, N CronJobs on one minute."""
+    _run(
+        run_cronjob,
+        jobs=jobs,
+        minutes=minutes,
+        flag_sets=tuple(f.strip() for f in flags.split(",") if f.strip()),
         json_output=json_output,
     )
 

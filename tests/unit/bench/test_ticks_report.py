@@ -1,0 +1,63 @@
+"""The ticks report: runs past the startingDeadline, and through the runtime the time until
+every JobRun was written and the JobRuns found."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leasecron.bench._processes import Message
+from leasecron.bench._ticks import TickResults, ticks_report
+
+EPOCH = 1_000_000.0
+
+
+def _grant(replica: str, job: int, tick: int, lag: float) -> Message:
+    data = {"event": "grant", "job": job, "tick": tick, "lag": lag}
+    return Message(replica=replica, data=data, received=0.0)
+
+
+def _done(replica: str, **extra: Any) -> Message:
+    data = {"event": "done", "writes": 4, "requests": 4, "standby_requests": 0}
+    data |= {"standby_seconds": 0.0, **extra}
+    return Message(replica=replica, data=data, received=0.0)
+
+
+def _runtime_done(replica: str, idle_at: float | None) -> Message:
+    return _done(
+        replica,
+        writes_by={"leases": 2.0, "jobruns": 2.0},
+        rss_mb=80.0,
+        cpu_s=1.0,
+        record_backlog=0,
+        records_idle_at=idle_at,
+    )
+
+
+def test_a_run_started_after_the_starting_deadline_is_counted_as_past_it() -> None:
+    grants = [_grant("a", 0, 0, 0.01), _grant("a", 1, 0, 61.0)]
+    results = TickResults(grants=grants, done=[_done("a")], epoch=EPOCH)
+
+    figures, _ = ticks_report(results, replicas=1, jobs=2, ticks=1)
+
+    assert (figures["runs"], figures["missed"], figures["past_deadline"]) == (2, 0, 1)
+
+
+def test_all_jobruns_are_written_when_the_last_replica_emptied_its_backlog() -> None:
+    grants = [_grant("a", 0, 0, 0.01), _grant("b", 0, 1, 0.02)]
+    done = [_runtime_done("a", EPOCH + 1.5), _runtime_done("b", EPOCH + 3.25)]
+    results = TickResults(grants=grants, done=done, epoch=EPOCH, jobruns={"Succeeded": 2})
+
+    figures, human = ticks_report(results, replicas=2, jobs=1, ticks=2)
+
+    assert figures["jobruns_written_s"] == 2.25  # from the last tick, EPOCH + 1
+    assert figures["jobruns"] == {"Succeeded": 2}
+    assert "2 (Succeeded 2)" in human
+
+
+def test_a_replica_that_ran_nothing_does_not_count_for_the_jobruns_written() -> None:
+    done = [_runtime_done("a", EPOCH + 0.5), _runtime_done("b", None)]
+    results = TickResults(grants=[_grant("a", 0, 0, 0.01)], done=done, epoch=EPOCH)
+
+    figures, _ = ticks_report(results, replicas=2, jobs=1, ticks=1)
+
+    assert figures["jobruns_written_s"] == 0.5
