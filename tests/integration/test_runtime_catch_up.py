@@ -1,4 +1,4 @@
-"""Catch-up and startingDeadline (DESIGN §5 steps 7-8) against a real API server. A replica
+"""Catch-up and startingDeadline (docs/design.md §5.6) against a real API server. A replica
 whose wall clock is ahead stands for "time passed while no replica ran": the ticks between
 the job's creation and its first claim were missed."""
 

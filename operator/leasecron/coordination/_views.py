@@ -4,7 +4,7 @@ It merges two sources: the watch-fed cache (an `Informer` on the namespace's Lea
 every lock and elector of the process) and the responses to this process's own requests
 (which arrive before the watch echoes them, or for Leases the cache does not select). For each
 Lease it keeps the newest version and the local monotonic time it was first seen: what expiry
-is measured from (DESIGN §5). It wakes waiters per Lease on any change, so a standby sleeps
+is measured from (docs/design.md §5). It wakes waiters per Lease on any change, so a standby sleeps
 until the Lease changes or its grant expires instead of polling, and it logs a corrupt record
 once per resourceVersion. A Lease is parsed once per resourceVersion (the last one is kept).
 

@@ -17,7 +17,7 @@ job's token floor (`floor=`), so a term's token never goes back.
 
 Callbacks may be sync or async; exceptions in them are logged and never stop the loop.
 on_started_leading runs as its own task, cancelled when the term ends. What it does not
-promise (DESIGN §7): that a leader paused between `assert_held()` and a write cannot write
+promise (docs/design.md §7): that a leader paused between `assert_held()` and a write cannot write
 after losing the term; the term's token (leaseTransitions) makes such stale writes detectable.
 """
 

@@ -8,7 +8,7 @@ set and read from sync or async code), and `KeepAlive`, which wraps a grant: it 
 atMostFor / 3 and, when a renewal is refused or the grant would expire, sets `lost` and
 notifies its listeners (whose exceptions are logged and never reach the job).
 
-What it does not promise (DESIGN §7): `assert_held()` checks the local deadline and what this
+Not promised (docs/design.md §7): `assert_held()` checks the local deadline and what this
 process has seen; a process paused between that check and its write can still write after
 losing the grant. The token is what lets a
 store reject such a write.

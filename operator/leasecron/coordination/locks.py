@@ -1,4 +1,4 @@
-"""`TickLock`: the once-per-tick claim on a job's Lease (DESIGN §5, steps 1-3, 5, 6, 8).
+"""`TickLock`: the claim of one tick on one Lease, the one claim write (docs/design.md §5.4).
 
 `try_claim(tick)` waits out its stagger watching the process's Lease view (a tick that shows
 up as taken costs no request), decides from the view with `models.decisions.decide_claim`,
@@ -6,7 +6,7 @@ and sends at most ONE conditional write. It returns a `Grant` or a `Skipped` val
 reason (taken, live_grant, deadline, conflict, exists, store_unavailable, uncertain, error),
 counted in SKIPS and logged at debug; `claim()` is the same with None for a skip.
 
-A write whose reply is lost may have landed (DESIGN §5): nothing here treats it as not
+A write whose reply is lost may have landed (docs/design.md §5.7): nothing here treats it as not
 written without reading back. A claim that fails that way is read back at once; if the
 read-back fails too, the claim is remembered as uncertain. A grant in this process's own
 identity that the lock does not know (the uncertain claim landing, or a release that did not

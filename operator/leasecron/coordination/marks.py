@@ -1,6 +1,6 @@
 """Tick high-water marks under an election term: what the group leader records on its Lease
 before it runs a `coordination: Leader` job's tick, so that no later leader (whose clock may
-run behind) runs that tick again (DESIGN §5).
+run behind) runs that tick again (docs/design.md §5.4).
 
 `mark_tick` writes the mark of one job (annotation `leasecron.dev/ticks`, JSON job -> tick)
 with a conditional update of the leader Lease that still shows the elector's current term; a

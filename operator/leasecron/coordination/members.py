@@ -7,7 +7,7 @@ A member Lease is named `member_lease_name(group, identity)`, labelled with its 
 is written create-or-replace at the version this replica wrote last; a conflict, a NotFound or
 a reply that was lost (the write may have landed) is answered by reading it back and writing
 again. A member is live while its Lease changed less than its leaseDurationSeconds ago by the
-reader's monotonic clock (the same rule as any grant, DESIGN §5).
+reader's monotonic clock (the same rule as any grant, docs/design.md §5.2).
 
 What it does not promise: that two replicas see the same member list at every instant.
 """

@@ -1,7 +1,7 @@
 """The example app's shared ledger: one SQLite file that stands in for the application's
 database, written by every replica and read by the demo driver.
 
-It shows the two defences a job's own store should have (DESIGN §7), whatever leasecron does:
+It shows the two defences a job's own store needs (docs/design.md §7), whatever leasecron does:
 
 - **Natural keys.** An invoice row is keyed by the run's idempotency key
   (`<namespace>/<job>/<tick>`) and written with INSERT OR IGNORE, so a second run of the same

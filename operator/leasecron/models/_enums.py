@@ -1,4 +1,4 @@
-"""The enumerations of the leasecron resources, by their user-facing values (DESIGN §3, §4).
+"""The enumerations of the leasecron resources, by their user-facing values (docs/design.md §3, §4).
 
 Owns the names only; what each value makes happen is decided by the runtime and the operator.
 """

@@ -1,4 +1,4 @@
-"""JobRun: one record per run (DESIGN §4), and the dicts that create and finish it.
+"""JobRun: one record per run (docs/design.md §4), and the dicts that create and finish it.
 
 Facts fixed when the run starts (job, tick, holder, fencingToken, start) are in `spec`; how it
 ends (outcome, end, message, duration) is in `status`. The JobRun CRD has no status

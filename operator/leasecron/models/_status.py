@@ -1,4 +1,4 @@
-"""The status of a ScheduledJob (DESIGN §3), as the operator writes it through the status
+"""The status of a ScheduledJob (docs/design.md §3), as the operator writes it through the status
 subresource.
 
 Owns the shape of the status and the Kubernetes rule for replacing a condition. Which values

@@ -268,7 +268,7 @@ def _jobrun_status() -> Schema:
 
 
 def scheduledjob_crd() -> Schema:
-    """The ScheduledJob CRD: status subresource, printer columns per DESIGN §3."""
+    """The ScheduledJob CRD: status subresource, printer columns per docs/design.md §3."""
     schema = s.root(
         "A job of a many-replica app, run per its bucket and coordinated with Leases.",
         _scheduledjob_spec(),

@@ -1,4 +1,4 @@
-"""Pure coordination decisions (DESIGN §5): given what this replica has observed of a Lease,
+"""Pure coordination decisions (docs/design.md §5): given what this replica has observed of a Lease,
 what to write, if anything. No I/O and no clocks of their own: every time is passed in.
 
 Owns the once-per-tick claim, keep-alive renew and release (atLeastFor), the election step
@@ -157,7 +157,7 @@ def decide_claim(
     floor: int = 0,
     own: Collection[int] = (),
 ) -> Skip | Claim:
-    """Once-per-tick claim of `tick`, DESIGN §5 steps 1, 8, 2, 3 in that order.
+    """Once-per-tick claim of `tick`, docs/design.md §5.4 steps 1-4.
 
     `known` are the tokens of this identity's grants the caller still runs or holds (see
     `orphaned`); `floor` is the highest token ever on record for the job, so that a Lease

@@ -1,4 +1,4 @@
-"""Shards of a group's once-per-tick jobs (docs/claims.md): which jobs are claimed through a
+"""Shards of a group's once-per-tick jobs (docs/design.md §5.3): which jobs are claimed through a
 shard, which shard a job is in, the name of a shard's Lease, and which jobs of a shard are
 due at one instant.
 

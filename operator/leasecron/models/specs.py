@@ -1,4 +1,4 @@
-"""ScheduledJob as a value: the spec a user writes (DESIGN §3), its validation, and the names of
+"""ScheduledJob as a value: the spec a user writes (docs/design.md §3), its validation, the names of
 the enums shared with JobRun records and status.
 
 Owns every rule about what a valid ScheduledJob is: the ones the CRD schema and its CEL rules

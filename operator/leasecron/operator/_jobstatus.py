@@ -1,4 +1,4 @@
-"""The status of one ScheduledJob (DESIGN §3), computed from plain values.
+"""The status of one ScheduledJob (docs/design.md §3), computed from plain values.
 
 Owns the `Valid` and `Ready` conditions, the assembly of the whole status and the comparison
 that decides whether a patch is needed at all (`status_patch`). Fields:

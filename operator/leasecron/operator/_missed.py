@@ -29,7 +29,7 @@ What "missed" means, per bucket:
 - **single-owner**: there are no ticks; the job is missed when no replica has held its Lease
   for longer than `startingDeadline`. One Event and one count per such gap, no JobRun (a
   single-owner JobRun records an ownership term, and a gap is not one).
-- **every-replica**: not tracked. Its runs are not recorded (DESIGN §4), so there is nothing
+- **every-replica**: not tracked. Its runs are not recorded (docs/design.md §4), so there is nothing
   to compare the schedule with; metrics on the replicas show them.
 
 Suspended jobs are never missed. Pure functions: no I/O, no clock of their own.

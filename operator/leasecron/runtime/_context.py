@@ -4,7 +4,7 @@ Owns the per-run values a handler may rely on (job, namespace, tick, fencing tok
 the `lost` event that tells a handler its grant is gone or the scheduler is stopping, the
 bound logger and the idempotency key. It does not renew anything: the runtime keeps the
 grant alive and sets `lost` when it cannot. `assert_held()` is only as fresh as the last
-renewal this process saw (DESIGN §7): it narrows the window for stale writes, it does not
+renewal this process saw (docs/design.md §7): it narrows the window for stale writes, it does not
 close it; the fencing token is what a store can check.
 """
 

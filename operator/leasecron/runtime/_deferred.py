@@ -1,5 +1,5 @@
 """Run records written off the start path: the JobRuns of runs whose tick a shard claim
-already guarantees (docs/claims.md).
+already guarantees (docs/design.md §4).
 
 A handler under such a claim starts at once; its JobRun is queued and written by a few
 writer tasks in the order the runs started: one create (with the final outcome when the run
@@ -12,7 +12,7 @@ says so and the caller records the run on the start path instead. Pending record
 the `leasecron_record_backlog` gauge.
 
 The queue lives in memory: a replica that dies with records pending loses them, and the
-operator records those ticks as Missed (DESIGN §6). It does not decide whether a run may
+operator records those ticks as Missed (docs/design.md §6). It does not decide whether a run may
 start: the claim did.
 """
 

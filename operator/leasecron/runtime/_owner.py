@@ -1,4 +1,4 @@
-"""`OwnerWorker`: a single-owner job on this replica (DESIGN §2, §5).
+"""`OwnerWorker`: a single-owner job on this replica (docs/design.md §5.10).
 
 An Elector on the job's Lease; while it leads, one ownership term: a JobRun named
 `term_jobrun_name(job, token)` (outcome Running), and the handler run as a long-lived loop.

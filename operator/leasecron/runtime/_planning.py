@@ -1,4 +1,4 @@
-"""Pure tick planning for one job (DESIGN §5 steps 7-8): which tick to wait for next, which
+"""Pure tick planning for one job (docs/design.md §5.6): which tick to wait for next, which
 ticks to run and which to record as `Missed` once a claim is held, and the per-tick jitter.
 
 No I/O and no clock of its own: `now` is passed in, so unit tests drive it with a FakeClock.

@@ -1,6 +1,6 @@
 """JobRun records written by the runtime, and the outcome of a run.
 
-Owns what a replica writes about its runs (DESIGN §4): the JobRun of a tick (its create
+Owns what a replica writes about its runs (docs/design.md §4): the JobRun of a tick (its create
 doubles as the per-tick run record: AlreadyExists propagates, it means someone else has the
 tick), the JobRun of a single-owner term, `Missed` records for skipped ticks, and the one
 status patch that finishes a run. Failures to write a finish or a Missed record are logged,

@@ -1,6 +1,6 @@
 """`Scheduler`: the public face of the in-pod runtime. Handlers are registered by name; the
 scheduler watches the ScheduledJobs of its group in its namespace and runs each tick per
-bucket (DESIGN §2, §5).
+bucket (docs/design.md §2, §5).
 
 One async implementation (`_core.Runtime`) and thin shells over it, as APScheduler 4 does:
 `await scheduler.run()` or `async with scheduler:` in asyncio apps; `scheduler.start()` (a

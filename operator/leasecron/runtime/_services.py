@@ -68,7 +68,7 @@ MISSED_ENDED = "the claim's grant ended (expired, lost or shut down) before this
 
 
 class RecordMode(Enum):
-    """How a tick's run is recorded (DESIGN §4)."""
+    """How a tick's run is recorded (docs/design.md §4)."""
 
     NONE = "none"
     """every-replica: counted in metrics, not recorded."""
@@ -101,7 +101,7 @@ class Services:
     grace_period: float
     tuning: Tuning
     shards: int = DEFAULT_SHARDS
-    """Shards per group for shard claims (docs/claims.md); 0: every job claims on its own."""
+    """The shard count proposed for the group (docs/design.md §5.8); its record's count wins."""
 
     def context(
         self,
@@ -277,7 +277,7 @@ class Services:
 
     def token_floor(self, *jobs: str) -> Callable[[], Awaitable[int]]:
         """Reads the highest fencing token on record for `jobs`, so that a Lease created for
-        them again never hands out a token already used (DESIGN §5)."""
+        them again never hands out a token already used (docs/design.md §5.12)."""
 
         async def floor() -> int:
             floors = [await token_floor(self.kube, namespace=self.namespace, job=j) for j in jobs]

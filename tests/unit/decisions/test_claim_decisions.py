@@ -1,4 +1,4 @@
-"""Once-per-tick claim, keep-alive and release decisions (DESIGN §5), on simulated seconds."""
+"""Claim, keep-alive and release decisions (docs/design.md §5.4, §5.5), on simulated seconds."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def test_past_the_starting_deadline_nobody_starts_the_tick() -> None:
 
 
 def test_exactly_at_the_starting_deadline_the_tick_still_starts() -> None:
-    # DESIGN §5 step 8: nobody starts a tick *past* tick + startingDeadline; at the deadline
+    # docs/design.md §5.4 step 2: nobody starts a tick past tick + startingDeadline; at the deadline
     # itself it still starts (as a CronJob's startingDeadlineSeconds), one microsecond later not.
     deadline = timedelta(seconds=60)
     at_deadline = claim(None, now_wall=TICK + deadline, deadline=deadline)

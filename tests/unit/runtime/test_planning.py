@@ -1,4 +1,4 @@
-"""Tick planning (DESIGN §5 steps 7-8) on simulated time."""
+"""Tick planning (docs/design.md §5.6) on simulated time."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Shard assignment, the plan per instant and the hand-over records between a job's Lease and
-a shard Lease (docs/claims.md): pure, no clock."""
+a shard Lease (docs/design.md §5.3): pure, no clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ScheduledJob specs: defaults from DESIGN §3, Go-style durations, and the wire form."""
+"""ScheduledJob specs: defaults from docs/design.md §3, Go-style durations, and the wire form."""
 
 from __future__ import annotations
 
