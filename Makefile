@@ -12,7 +12,7 @@ IMAGE ?= leasecron/operator:dev
 LOCK_ARGS ?=
 PYTHON_IMAGE ?=
 
-.PHONY: all venv controlplane lint test unit integration demo bench clean lock image image-smoke actionlint
+.PHONY: all venv controlplane node lint test unit integration demo bench clean lock image image-smoke actionlint
 
 all: test
 
@@ -27,9 +27,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-controlplane:
+controlplane: node
 	@bash e2e/controlplane/build.sh >/dev/null
 	@bash e2e/toxiproxy/build.sh >/dev/null
+
+# The real node of the end-to-end tests (kubelet, kube-scheduler, kube-proxy, containerd and
+# its shim, ctr, the pause image), built once from the Go module proxy and cached outside the
+# repository beside the control plane (e2e/node/build.sh; it waits for the control plane's
+# build, whose Go build cache it reuses).
+node:
+	@bash e2e/controlplane/build.sh >/dev/null
+	@bash e2e/node/build.sh >/dev/null
 
 lint: venv
 	$(BIN)/ruff check .

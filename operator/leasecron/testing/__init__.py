@@ -1,4 +1,5 @@
-"""Public test helpers: a throwaway local control plane, child processes that speak JSON lines
+"""Public test helpers: a throwaway local control plane, a real single-node cluster where pods
+run (`NodeCluster`: your application's image on a kubelet), child processes that speak JSON lines
 (`ChildProcess`: a replica of your app under test), and pytest fixtures for the cluster
 (`leasecron.testing.pytest_plugin`, enabled with `-p leasecron.testing.pytest_plugin` or
 `pytest_plugins = [...]`). Needs the testing extra: `pip install 'leasecron[testing]'`.
@@ -35,12 +36,13 @@ if TYPE_CHECKING:
         load_manifests,
         wait_crd_established,
     )
+    from leasecron.testing._node import NodeCluster, missing_node_prerequisites, node_cache_dir
     from leasecron.testing._polling import poll
     from leasecron.testing._processes import ControlPlaneError, free_port
     from leasecron.testing._rbac import PolicyRule, create_serviceaccount
     from leasecron.testing._toxiproxy import Proxy, Toxiproxy, kubeconfig_via
     from leasecron.testing.controlplane import ControlPlane
-    from leasecron.testing.faults import Fault, FaultPlan, FaultRule
+    from leasecron.testing.faults import Fault, FaultPlan, FaultRule, fault_plan, install_from_env
 
 _EXPORTS = {
     "ClusterAccess": "leasecron.testing._access",
@@ -58,6 +60,9 @@ _EXPORTS = {
     "apply_manifests": "leasecron.testing._manifests",
     "load_manifests": "leasecron.testing._manifests",
     "wait_crd_established": "leasecron.testing._manifests",
+    "NodeCluster": "leasecron.testing._node",
+    "missing_node_prerequisites": "leasecron.testing._node",
+    "node_cache_dir": "leasecron.testing._node",
     "ControlPlaneError": "leasecron.testing._processes",
     "free_port": "leasecron.testing._processes",
     "poll": "leasecron.testing._polling",
@@ -67,6 +72,8 @@ _EXPORTS = {
     "Fault": "leasecron.testing.faults",
     "FaultPlan": "leasecron.testing.faults",
     "FaultRule": "leasecron.testing.faults",
+    "fault_plan": "leasecron.testing.faults",
+    "install_from_env": "leasecron.testing.faults",
     "Proxy": "leasecron.testing._toxiproxy",
     "Toxiproxy": "leasecron.testing._toxiproxy",
     "kubeconfig_via": "leasecron.testing._toxiproxy",
@@ -83,6 +90,7 @@ __all__ = [
     "Fault",
     "FaultPlan",
     "FaultRule",
+    "NodeCluster",
     "PolicyRule",
     "Proxy",
     "Toxiproxy",
@@ -91,10 +99,14 @@ __all__ = [
     "cache_dir",
     "create_serviceaccount",
     "ensure_assets",
+    "fault_plan",
     "find_assets",
     "free_port",
+    "install_from_env",
     "kubeconfig_via",
     "load_manifests",
+    "missing_node_prerequisites",
+    "node_cache_dir",
     "poll",
     "run_helm",
     "stop_children",

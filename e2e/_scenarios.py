@@ -1,0 +1,471 @@
+"""The real-pod scenarios, for any cluster that runs pods: the README's way in (image, chart,
+example jobs, app RBAC, example app) and what the chart and the example app promise once they
+run. Every check is made from outside, through the API and the replicas' effects (the JSON
+lines the example app prints per run, the JobRuns, the Leases).
+
+Used by e2e/test_real_pods.py (a `leasecron.testing.NodeCluster` on this machine) and
+e2e/test_kind.py (kind, where its node image can be had); a cluster is anything with the
+`Cluster` methods. The example's jobs and Deployment are read from the repository, not
+repeated here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from _containers import ROOT
+from leasecron.testing import poll
+
+CHART = ROOT / "charts" / "leasecron"
+JOBS = ROOT / "examples" / "jobs"
+APP = ROOT / "examples" / "app" / "example-app.yaml"
+APP_VALUES = ROOT / "examples" / "app" / "values.yaml"
+RELEASE, RELEASE_NAMESPACE = "leasecron", "leasecron-system"
+OPERATOR = f"{RELEASE}-operator"  # the chart's full name for a release called leasecron
+APP_NAMESPACE = "example-app"
+APP_SELECTOR = "app.kubernetes.io/name=example-app"
+OPERATOR_SELECTOR = "app.kubernetes.io/component=operator"
+
+
+class Cluster(Protocol):
+    """What the scenarios need of a cluster."""
+
+    def kubectl(self, *args: str, input: str | None = None) -> str: ...
+
+    def helm(self, *args: str) -> str: ...
+
+
+def containerd_name(image: str) -> str:
+    """`image` as a container runtime names it (`leasecron/operator:1` is
+    `docker.io/leasecron/operator:1`)."""
+    first = image.split("/", 1)[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
+
+
+def default_images() -> list[str]:
+    """The images the chart's default values and the example app's Deployment run."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    image = values["image"]
+    names = [f"{image['repository']}:{image['tag'] or chart['appVersion']}"]
+    for obj in yaml.safe_load_all(APP.read_text()):
+        if obj and obj["kind"] == "Deployment":
+            names += [c["image"] for c in obj["spec"]["template"]["spec"]["containers"]]
+    return sorted({containerd_name(n) for n in names})
+
+
+def app_jobs() -> list[dict[str, Any]]:
+    """The example's ScheduledJobs, as in examples/jobs/."""
+    found = []
+    for path in sorted(JOBS.glob("*.yaml")):
+        found += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return found
+
+
+def get_json(cluster: Cluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json"))
+
+
+def pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """Pods of `selector` that are not being deleted."""
+    items = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all(s.get("ready") for s in statuses)
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(s.get("restartCount") or 0) for s in statuses)
+
+
+def lease(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    """The Lease's spec ({} when it does not exist)."""
+    out = cluster.kubectl("get", "lease", name, "-n", namespace, "--ignore-not-found", "-o", "json")
+    return dict(json.loads(out).get("spec") or {}) if out.strip() else {}
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+# --- the replicas' effects ------------------------------------------------------------------
+
+
+@dataclass
+class RunLog:
+    """Every JSON line the example app's pods print, followed from the moment each pod
+    runs until it ends (`kubectl logs -f` per pod), so the lines of deleted pods are kept."""
+
+    cluster: Cluster
+    kubectl: Sequence[str]
+    namespace: str = APP_NAMESPACE
+    selector: str = APP_SELECTOR
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    _followed: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    _readers: list[threading.Thread] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> RunLog:
+        threading.Thread(target=self._watch, daemon=True, name="runlog").start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for process in self._followed.values():
+            process.kill()
+            process.wait()
+        for reader in self._readers:
+            reader.join(5)
+        for process in self._followed.values():
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.3):
+            try:
+                found = pods(self.cluster, self.namespace, self.selector)
+            except (AssertionError, subprocess.SubprocessError, ValueError):
+                continue
+            for pod in found:
+                name = pod["metadata"]["name"]
+                statuses = (pod.get("status") or {}).get("containerStatuses") or []
+                started = any("running" in (s.get("state") or {}) for s in statuses)
+                if name in self._followed or not started:
+                    continue
+                process = subprocess.Popen(
+                    [*self.kubectl, "logs", "-f", "-n", self.namespace, name],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+                self._followed[name] = process
+                reader = threading.Thread(target=self._read, args=(name, process), daemon=True)
+                reader.start()
+                self._readers.append(reader)
+
+    def _read(self, pod: str, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("{"):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                with self._lock:
+                    self.lines.append({**event, "pod": pod})
+
+    def runs(self, job: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self.lines if e.get("event") == "run" and e.get("job") == job]
+
+    def ticks(self, job: str) -> dict[datetime, list[str]]:
+        """Tick -> the replicas that ran it."""
+        found: dict[datetime, list[str]] = {}
+        for event in self.runs(job):
+            found.setdefault(parse_time(event["tick"]), []).append(event["replica"])
+        return found
+
+
+def once_per_tick_jobs() -> list[str]:
+    return [j["metadata"]["name"] for j in app_jobs() if j["spec"]["bucket"] == "once-per-tick"]
+
+
+def single_owner_jobs() -> list[dict[str, Any]]:
+    return [j for j in app_jobs() if j["spec"]["bucket"] == "single-owner"]
+
+
+def jobruns(cluster: Cluster, namespace: str = APP_NAMESPACE) -> list[dict[str, Any]]:
+    return list(get_json(cluster, "jobruns", "-n", namespace)["items"])
+
+
+def assert_every_tick_ran_once_or_was_alarmed(
+    cluster: Cluster, log: RunLog, job: str, *, since: datetime, until: datetime
+) -> dict[datetime, list[str]]:
+    """No tick of `job` in [since, until] ran on two replicas; every tick of it that did not
+    run has a Missed JobRun. The ticks that ran."""
+    runs = {t: r for t, r in log.ticks(job).items() if since <= t <= until}
+    twice = {t: r for t, r in runs.items() if len(r) > 1}
+    assert not twice, f"{job}: ticks run more than once: {twice}"
+    records = {
+        parse_time(r["spec"]["tick"]): r for r in jobruns(cluster) if r["spec"]["job"] == job
+    }
+    missed = {t for t, r in records.items() if (r.get("status") or {}).get("outcome") == "Missed"}
+    step = schedule_step(job)
+    tick, unaccounted = since, []
+    while tick <= until:
+        if tick not in runs and tick not in missed:
+            unaccounted.append(tick)
+        tick += step
+    assert not unaccounted, f"{job}: ticks neither run nor alarmed: {unaccounted}"
+    return runs
+
+
+def schedule_step(job: str) -> timedelta:
+    """The interval of an `@every Ns` job of the example."""
+    (spec,) = [j["spec"] for j in app_jobs() if j["metadata"]["name"] == job]
+    every = str(spec["schedule"]).removeprefix("@every ").strip()
+    assert every.endswith("s"), f"{job}: the scenarios need an @every schedule, not {every}"
+    return timedelta(seconds=float(every[:-1]))
+
+
+def tick_floor(moment: datetime, step: timedelta) -> datetime:
+    """The first tick at or after `moment` of an `@every step` schedule (ticks are multiples
+    of the step since the epoch)."""
+    seconds = step.total_seconds()
+    value = -(-moment.timestamp() // seconds) * seconds
+    return datetime.fromtimestamp(value, UTC)
+
+
+# --- 1: the README's way in -----------------------------------------------------------------
+
+
+def leasecron_cli() -> list[str]:
+    return [str(Path(sys.executable).parent / "leasecron")]
+
+
+def install_the_readme_way(cluster: Cluster) -> None:
+    """Steps 2 to 5 of the README's "From nothing to a running cluster", with the chart's
+    default values (the image is already in the cluster under its default name)."""
+    cluster.helm(
+        "install", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--create-namespace",
+        "--wait", "--timeout", "3m",
+    )  # fmt: skip
+    cluster.kubectl(
+        "-n", RELEASE_NAMESPACE, "rollout", "status", f"deployment/{OPERATOR}", "--timeout=180s"
+    )
+    cluster.kubectl("create", "namespace", APP_NAMESPACE)
+    validated = subprocess.run(
+        [*leasecron_cli(), "validate", "-R", str(JOBS)], capture_output=True, text=True
+    )
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", str(JOBS))
+    cluster.helm(
+        "upgrade", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--reuse-values",
+        "-f", str(APP_VALUES), "--wait", "--timeout", "3m",
+    )  # fmt: skip
+    cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", str(APP))
+    cluster.kubectl(
+        "-n", APP_NAMESPACE, "rollout", "status", "deployment/example-app", "--timeout=180s"
+    )
+
+
+def operator_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    return pods(cluster, RELEASE_NAMESPACE, OPERATOR_SELECTOR)
+
+
+def election_holder(cluster: Cluster) -> str:
+    return str(lease(cluster, RELEASE_NAMESPACE, OPERATOR).get("holderIdentity") or "")
+
+
+def assert_one_operator_leads_without_restarts(cluster: Cluster) -> str:
+    """The operator's replicas (as many as the Deployment asks) are Ready, none restarted,
+    one holds the election Lease. The leader's pod name."""
+    wanted = int(
+        get_json(cluster, "deployment", OPERATOR, "-n", RELEASE_NAMESPACE)["spec"]["replicas"]
+    )
+    running = poll(
+        lambda: (found := operator_pods(cluster)) and len(found) == wanted
+        and all(ready(p) for p in found) and found,
+        timeout=90,
+        what=f"{wanted} operator replicas Ready",
+    )  # fmt: skip
+    assert [restarts(p) for p in running] == [0] * wanted, [
+        (p["metadata"]["name"], restarts(p)) for p in running
+    ]
+    names = [p["metadata"]["name"] for p in running]
+    holder = poll(lambda: election_holder(cluster), timeout=30, what="an operator leading")
+    leaders = [n for n in names if holder.startswith(n)]
+    assert len(leaders) == 1, (holder, names)
+    return leaders[0]
+
+
+def job_lease_name(job: str) -> str:
+    from leasecron.models.names import job_lease_name as name
+
+    return name(job)
+
+
+def single_owner_copy(job: dict[str, Any], name: str) -> dict[str, Any]:
+    """Another single-owner job running the same handler (a second job in the namespace)."""
+    copy = json.loads(json.dumps(job))
+    copy["metadata"] = {"name": name}
+    copy["spec"].setdefault("handler", job["metadata"]["name"])
+    return copy
+
+
+def lease_token(cluster: Cluster, job: str) -> int:
+    return int(lease(cluster, APP_NAMESPACE, job_lease_name(job)).get("leaseTransitions") or 0)
+
+
+def floors(cluster: Cluster) -> dict[str, str]:
+    from leasecron.coordination.floors import FLOORS_LEASE
+
+    out = cluster.kubectl(
+        "get", "lease", FLOORS_LEASE, "-n", APP_NAMESPACE, "--ignore-not-found", "-o", "json"
+    )
+    return dict(json.loads(out)["metadata"].get("annotations") or {}) if out.strip() else {}
+
+
+def operator_logs(cluster: Cluster) -> str:
+    return cluster.kubectl(
+        "logs", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_SELECTOR, "--tail=-1", "--prefix"
+    )
+
+
+def delete_and_apply_two_jobs_again(cluster: Cluster) -> dict[str, tuple[int, int]]:
+    """Scenario 1's second half: two single-owner jobs in one namespace (the example's and a
+    copy) have handed out tokens; both are deleted together, the operator's pods are deleted,
+    both are applied again. {job: (last token before, first token after)}; fails when a floor
+    is not recorded, the operator met a 403, or a token did not continue above its last."""
+    (original,) = single_owner_jobs()
+    second = single_owner_copy(original, f"{original['metadata']['name']}-b")
+    cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", "-", input=yaml.safe_dump(second))
+    names = [original["metadata"]["name"], second["metadata"]["name"]]
+    before = poll(
+        lambda: (t := {n: lease_token(cluster, n) for n in names}) and all(t.values()) and t,
+        timeout=60,
+        what=f"{names} owned (a token handed out)",
+    )
+    cluster.kubectl("delete", "scheduledjob", "-n", APP_NAMESPACE, *names, "--timeout=60s")
+    from leasecron.coordination.floors import tombstone_key
+
+    recorded = floors(cluster)
+    for name in names:
+        assert int(recorded.get(tombstone_key(name), "0")) >= before[name], (name, recorded)
+    logs = operator_logs(cluster)
+    assert "Forbidden" not in logs and "token floor not recorded" not in logs, logs[-3000:]
+    # The operator's pods go too (the floors must not live in its memory).
+    cluster.kubectl("delete", "pod", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_SELECTOR, "--wait")
+    poll(
+        lambda: not any(job_lease_name(n) in cluster.kubectl("get", "lease", "-n", APP_NAMESPACE)
+                        for n in names),
+        timeout=60,
+        what="the deleted jobs' Leases collected",
+    )  # fmt: skip
+    assert_one_operator_leads_without_restarts(cluster)
+    cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", str(JOBS / f"{names[0]}.yaml"))
+    cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", "-", input=yaml.safe_dump(second))
+    after = poll(
+        lambda: (t := {n: lease_token(cluster, n) for n in names})
+        and all(t[n] > before[n] for n in names) and t,
+        timeout=60,
+        what=f"{names} owned again above their last tokens {before}",
+    )  # fmt: skip
+    cluster.kubectl("delete", "scheduledjob", "-n", APP_NAMESPACE, names[1], "--timeout=60s")
+    return {n: (before[n], after[n]) for n in names}
+
+
+# --- 3: handover and takeover of a single-owner job ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One observed state of a job's Lease."""
+
+    at: float
+    holder: str
+    transitions: int
+    acquire: datetime | None
+    renew: datetime | None
+    duration: float
+
+
+def _change(spec: dict[str, Any]) -> Change:
+    def when(key: str) -> datetime | None:
+        value = spec.get(key)
+        return parse_time(value) if value else None
+
+    return Change(
+        at=time.time(),
+        holder=str(spec.get("holderIdentity") or ""),
+        transitions=int(spec.get("leaseTransitions") or 0),
+        acquire=when("acquireTime"),
+        renew=when("renewTime"),
+        duration=float(spec.get("leaseDurationSeconds") or 0),
+    )
+
+
+def owner_pod(cluster: Cluster, job: str) -> tuple[dict[str, Any], Change]:
+    """The pod holding `job`'s Lease, and the Lease as seen then."""
+
+    def held() -> tuple[dict[str, Any], Change] | None:
+        seen = _change(lease(cluster, APP_NAMESPACE, job_lease_name(job)))
+        for pod in pods(cluster, APP_NAMESPACE, APP_SELECTOR):
+            if seen.holder and seen.holder.startswith(pod["metadata"]["name"]) and ready(pod):
+                return pod, seen
+        return None
+
+    return poll(held, timeout=60, what=f"{job} owned by a Ready pod")
+
+
+def next_owner(cluster: Cluster, job: str, old: Change, old_pod: str) -> tuple[Change, Change]:
+    """Wait for another replica (a new identity: a container restarted in `old_pod` is one)
+    to own `job`; (the old owner's last record seen, the new one)."""
+    last = old
+
+    def taken() -> Change | None:
+        nonlocal last
+        seen = _change(lease(cluster, APP_NAMESPACE, job_lease_name(job)))
+        if seen.holder == old.holder:
+            last = seen
+            return None
+        return seen if seen.holder and seen.transitions > old.transitions else None
+
+    new = poll(taken, timeout=90, what=f"{job} owned by another replica than {old.holder}")
+    return last, new
+
+
+def handover_on_delete(cluster: Cluster) -> dict[str, float]:
+    """`kubectl delete pod` of the single-owner job's holder: the pod releases its Lease on
+    SIGTERM, so another replica acquires it before the old grant would have expired."""
+    (job,) = [j["metadata"]["name"] for j in single_owner_jobs()]
+    pod, seen = owner_pod(cluster, job)
+    name = pod["metadata"]["name"]
+    started = time.time()
+    cluster.kubectl("delete", "pod", "-n", APP_NAMESPACE, name, "--wait=false")
+    last, new = next_owner(cluster, job, seen, name)
+    assert last.renew is not None and new.acquire is not None
+    expiry = last.renew + timedelta(seconds=last.duration)
+    assert new.acquire < expiry, (
+        f"{job}: taken over at {new.acquire}, after the old grant expired at {expiry}: "
+        "the deleted pod did not release its Lease"
+    )
+    return {"handover_s": new.at - started, "grant_left_s": (expiry - new.acquire).total_seconds()}
+
+
+def takeover_on_kill(cluster: Cluster, kill: Any) -> dict[str, float]:
+    """The holder's container killed with SIGKILL (`kill(container_id)`): it releases
+    nothing, so another replica takes over once the grant expired, and within the Lease's
+    duration plus the replicas' retry period after that."""
+    (spec,) = single_owner_jobs()
+    job = spec["metadata"]["name"]
+    pod, seen = owner_pod(cluster, job)
+    name = pod["metadata"]["name"]
+    (status,) = pod["status"]["containerStatuses"]
+    started = time.time()
+    kill(status["containerID"])
+    last, new = next_owner(cluster, job, seen, name)
+    assert last.renew is not None and new.acquire is not None
+    expiry = last.renew + timedelta(seconds=last.duration)
+    assert new.acquire >= expiry, f"{job}: two owners: acquired {new.acquire}, grant to {expiry}"
+    late = (new.acquire - expiry).total_seconds()
+    assert late <= last.duration, f"{job}: taken over {late:.1f} s after the grant expired"
+    return {"takeover_s": new.at - started, "after_expiry_s": late}
