@@ -138,6 +138,7 @@ class Runtime:
         try:
             if not await self._start(services, jobs_informer, stop, ready):
                 return
+            table.shard_ticks.start()
             await table.settled()
             ready(None)
             _log.info(

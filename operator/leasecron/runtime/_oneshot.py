@@ -122,7 +122,7 @@ async def _run(
     ticks = ShardTicks(services, shards=services.shards)
     try:
         if await ticks.run_now(job, tick):
-            await recorded.wait()  # its record is written off the start path
+            await services.recorder.flush(timeout=services.grace_period)
     finally:
         await ticks.close(StopReason.STOPPING)
 

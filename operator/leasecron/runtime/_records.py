@@ -16,17 +16,16 @@ those ticks as Missed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron._metrics import MISSED, RECORD_BACKLOG, RUNS
+from leasecron._metrics import RECORD_BACKLOG, RUNS
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, OutcomeUnknown
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
-from leasecron.models.names import format_tick
 from leasecron.models.specs import JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._deferred import DeferredRecords
@@ -214,48 +213,6 @@ class Recorder:
             _log.warning(
                 "JobRun outcome not written", jobrun=run.name, outcome=outcome, error=repr(e)
             )
-
-    async def record_missed(
-        self,
-        job: ScheduledJob,
-        ticks: Iterable[datetime],
-        *,
-        holder: str,
-        token: int | None,
-        reason: str,
-    ) -> int:
-        """Write a `Missed` JobRun per tick (one already there is fine); the number written."""
-        written = 0
-        for tick in ticks:
-            run = JobRun.for_tick(
-                job=job.name,
-                tick=tick,
-                holder=holder,
-                start=None,
-                fencing_token=token,
-                namespace=self.namespace,
-                outcome=Outcome.MISSED,
-                message=reason,
-            )
-            MISSED.labels(self.namespace, job.name).inc()
-            try:
-                await self._jobruns.create(
-                    namespace=self.namespace, body=run.to_resource(job_uid=job.uid)
-                )
-                written += 1
-            except AlreadyExists:
-                continue
-            except KubeError as e:
-                _log.warning(
-                    "Missed JobRun not written",
-                    job=job.name,
-                    tick=format_tick(tick),
-                    error=repr(e),
-                )
-                break
-        return written
-
-    # --- records written later ---------------------------------------------------------------
 
     def record_later(self, run: JobRun, *, job_uid: str | None) -> None:
         """Write `run` (with its final outcome) once the store answers, with retries; never

@@ -21,12 +21,12 @@ from typing import Any
 import structlog
 
 from leasecron._logs import get_logger
-from leasecron._metrics import SKIPS
+from leasecron._metrics import MISSED, SKIPS
 from leasecron.coordination import Fence, LostEvent
 from leasecron.coordination.floors import token_floor
 from leasecron.coordination.resourcelocks import PartyOptions
 from leasecron.kube.clients import Kube
-from leasecron.kube.errors import AlreadyExists, KubeError
+from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.models.shards import DEFAULT_SHARDS
@@ -65,6 +65,10 @@ class Tuning:
 
 MISSED_LATE = "no replica started this tick before its startingDeadline"
 MISSED_ENDED = "the claim's grant ended (expired, lost or shut down) before this tick could start"
+MISSED_UNCONFIRMED = (
+    "the tick's run record could not be confirmed (its create's reply was lost), so the "
+    "handler was not started"
+)
 
 
 class RecordMode(Enum):
@@ -222,6 +226,9 @@ class Services:
                         error=repr(e),
                     )
                     self.skip(job, "record_failed", tick=tick)
+                    if isinstance(e, OutcomeUnknown | TimeoutError):
+                        # The create may have landed: that record must not stay Running.
+                        self._record_unstarted(job, tick, token)
                     return None
         held = (lambda: fence.held) if fence is not None else None
         unguarded = record is RecordMode.UNGUARDED
@@ -266,6 +273,20 @@ class Services:
             ).finish(outcome=outcome, end=self.clock.now(), message=message)
             self.recorder.record_later(later, job_uid=job.uid)
         return outcome
+
+    def _record_unstarted(self, job: ScheduledJob, tick: datetime, token: int | None) -> None:
+        """Queue the `Missed` record of a tick whose handler was never started; it takes
+        over our own Running record of the tick if that create did land."""
+        now = self.clock.now()
+        run = JobRun.for_tick(
+            job=job.name,
+            tick=tick,
+            holder=self.identity,
+            start=now,
+            fencing_token=token,
+            namespace=self.namespace,
+        ).finish(outcome=Outcome.MISSED, end=now, message=MISSED_UNCONFIRMED)
+        self.recorder.deferred.ended(run, job_uid=job.uid)
 
     async def _start_record(
         self, job: ScheduledJob, tick: datetime, *, token: int | None, record: RecordMode
@@ -316,10 +337,10 @@ class Services:
         delay: Callable[[datetime], float] = lambda _: 0.0,
         start_by: Callable[[datetime], datetime | None] = lambda _: None,
     ) -> None:
-        """Run a claimed plan under `fence` (per-job grant or shard claim alike): record its
-        missed ticks, then run each planned tick in order through `run_tick`. Once the fence
-        has ended (or a stop was asked), the ticks not started are recorded `Missed`: the Lease
-        records them as claimed, so nobody else will run them."""
+        """Run a claimed plan under `fence`: queue the records of its missed ticks, then run
+        each planned tick in order through `run_tick`. Once the fence has ended (or a stop was
+        asked), the ticks not started are recorded `Missed`: the Lease records them as
+        claimed, so nobody else will run them."""
         await self.record_missed(job, plan.missed, fence.token, reason=MISSED_LATE)
         for index, tick in enumerate(plan.run):
             if control.stopping or not fence.held:
@@ -342,12 +363,24 @@ class Services:
     async def record_missed(
         self, job: ScheduledJob, ticks: Sequence[datetime], token: int, *, reason: str
     ) -> None:
-        """Write a `Missed` JobRun for each of `ticks` (as their claimant, with `token`)."""
+        """Queue a `Missed` JobRun for each of `ticks` (as their claimant, with `token`): off
+        the start path, written by the record writers, retried until it is; a record of the
+        tick already there stays the record."""
         if not ticks:
             return
-        written = await self.recorder.record_missed(
-            job, ticks, holder=self.identity, token=token, reason=reason
-        )
+        for tick in ticks:
+            run = JobRun.for_tick(
+                job=job.name,
+                tick=tick,
+                holder=self.identity,
+                start=None,
+                fencing_token=token,
+                namespace=self.namespace,
+                outcome=Outcome.MISSED,
+                message=reason,
+            )
+            MISSED.labels(self.namespace, job.name).inc()
+            self.recorder.deferred.ended(run, job_uid=job.uid)
         _log.info(
             "missed ticks recorded",
             job=job.name,
@@ -355,7 +388,6 @@ class Services:
             holder=self.identity,
             token=token,
             missed=len(ticks),
-            written=written,
             reason=reason,
         )
 

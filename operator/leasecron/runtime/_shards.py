@@ -147,6 +147,26 @@ class ShardTicks:
             )
         return await asyncio.shield(task)
 
+    def start(self) -> None:
+        """Read (or create) the group record now, in the background, so that the record
+        exists as soon as a replica of the group runs; claims wait for it anyway."""
+        task = asyncio.get_running_loop().create_task(self._read_group())
+        self._instants.add(task)
+        task.add_done_callback(self._instants.discard)
+
+    async def _read_group(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                state = await self._group_ready()
+            except KubeError as e:
+                _log.warning("group record not read; retrying", error=repr(e), retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            _log.info("group record read", group=self._services.group, shards=state.shards)
+            return
+
     def ref_of(self, name: str) -> ShardRef:
         """The shard Lease that claims the ticks of the job named `name`."""
         return shard_ref(self._services.group, name, shards=self.state().shards)
@@ -502,6 +522,10 @@ class ShardTicks:
         if not await self._previous_done(entry, instant) or (late and not catch_up):
             services.skip(job, "overlap" if not late else "deadline", tick=instant)
             plan = TickPlan(claimed=instant, run=(), missed=(*plan.missed, instant))
+        elif not catch_up:
+            # The on-time tick first (it has a deadline to keep), then the catch-up runs.
+            older = tuple(t for t in plan.run if t != instant)
+            plan = TickPlan(claimed=instant, run=(instant, *older), missed=plan.missed)
         await self._start(entry, plan, grant, start_by=None if catch_up else instant)
 
     async def _run_overtaken(self, entry: _Entry, grant: Grant) -> None:
@@ -552,6 +576,12 @@ class ShardTicks:
         fresh: bool = False,
     ) -> None:
         if entry.stopped:
+            return
+        if not plan.run:
+            # Nothing to run: the records only; the job's running run (if any) stays its own.
+            await self._services.record_missed(
+                entry.job, plan.missed, grant.token, reason=MISSED_LATE
+            )
             return
         control = RunControl()
         task = asyncio.get_running_loop().create_task(
