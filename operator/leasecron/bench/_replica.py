@@ -41,6 +41,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--starting-deadline", type=float, default=60.0, help="ticks: seconds")
     p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
     p.add_argument("--shards", type=int, default=16, help="ticks via runtime: shard count")
+    p.add_argument("--warm-up-jobs", type=int, default=0, help="ticks via runtime: extra jobs")
     p.add_argument("--log-level", default=os.environ.get("LEASECRON_BENCH_LOG_LEVEL", "warning"))
     return p
 

@@ -6,6 +6,11 @@ Every job gets a 6-field cron schedule that fires exactly at the benchmark's tic
 once-per-tick ones with the default spec (no lock settings, startingDeadline 60s), claimed
 through their group's shard Leases like every once-per-tick job. The parent picks the epoch far
 enough ahead for the replicas to see every job first, and counts the JobRuns afterwards.
+
+With a warm-up, one more job per shard (`warm_up_jobs`) fires once `WARM_UP_S` before tick 0,
+so the group record and every shard Lease exist and have a claimed instant before the
+measured ticks, as in a group that has been running; without it, tick 0 is the group's first
+instant (each shard Lease created by its first claim).
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from leasecron.bench._drivers import bench_job
 from leasecron.bench._through_runtime import BENCH_GROUP, HANDLER
 from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
+from leasecron.models.shards import shard_of
 
 _LEAD_S = 15.0
+WARM_UP_S = 5.0
 _LEAD_PER_JOB_S = 0.012  # creating them (about 180/s) and every replica seeing them
 
 
@@ -79,11 +86,22 @@ async def create_objects(
         await kube.close()
 
 
-def _job(index: int, schedule: str) -> dict[str, Any]:
+def warm_up_jobs(shards: int) -> list[str]:
+    """One job name per shard of a group with `shards` shards (`warmup-<n>`, the first n
+    that hashes to each shard), in shard order."""
+    names: dict[int, str] = {}
+    n = 0
+    while len(names) < shards:
+        names.setdefault(shard_of(f"warmup-{n}", shards=shards), f"warmup-{n}")
+        n += 1
+    return [names[i] for i in range(shards)]
+
+
+def _job(name: str, schedule: str) -> dict[str, Any]:
     return {
         "apiVersion": "leasecron.dev/v1alpha1",
         "kind": "ScheduledJob",
-        "metadata": {"name": bench_job(index)},
+        "metadata": {"name": name},
         "spec": {
             "bucket": "once-per-tick",
             "schedule": schedule,
@@ -93,15 +111,26 @@ def _job(index: int, schedule: str) -> dict[str, Any]:
     }
 
 
-def create_jobs(kubeconfig: str, namespace: str, *, jobs: int, epoch: float, ticks: int) -> None:
-    """The benchmark's ScheduledJobs, firing at the `ticks` instants from `epoch`."""
+def create_jobs(
+    kubeconfig: str,
+    namespace: str,
+    *,
+    jobs: int,
+    epoch: float,
+    ticks: int,
+    warm_up: list[str] | None = None,
+) -> None:
+    """The benchmark's ScheduledJobs, firing at the `ticks` instants from `epoch`, and the
+    `warm_up` jobs firing once `WARM_UP_S` before it."""
     schedule = tick_schedule(epoch, ticks)
-    bodies = [_job(index, schedule) for index in range(jobs)]
+    bodies = [_job(name, tick_schedule(epoch - WARM_UP_S, 1)) for name in warm_up or []]
+    bodies += [_job(bench_job(index), schedule) for index in range(jobs)]
     asyncio.run(create_objects(kubeconfig, namespace, bodies, ScheduledJobStore))
 
 
 def count_jobruns(kubeconfig: str, namespace: str) -> dict[str, int]:
-    """The JobRuns of `namespace` by outcome (`Running` for one without an outcome yet)."""
+    """The JobRuns of the benchmark's jobs in `namespace` by outcome (`Running` for one without
+    an outcome yet); warm-up jobs' runs are left out."""
 
     async def count() -> dict[str, int]:
         kube = Kube.from_config(kubeconfig=kubeconfig, max_workers=1, request_timeout=120.0)
@@ -109,7 +138,11 @@ def count_jobruns(kubeconfig: str, namespace: str) -> dict[str, int]:
             runs = await JobRunStore(kube).list(namespace=namespace)
         finally:
             await kube.close()
-        outcomes = Counter(str((r.get("status") or {}).get("outcome") or "Running") for r in runs)
+        outcomes = Counter(
+            str((r.get("status") or {}).get("outcome") or "Running")
+            for r in runs
+            if str((r.get("spec") or {}).get("job", "")).startswith("bench-")
+        )
         return dict(sorted(outcomes.items()))
 
     return asyncio.run(count())

@@ -3,11 +3,12 @@ runs it, with the benchmark's ScheduledJobs (created by the parent) and one asyn
 
 `ticks`: start a Scheduler of group `bench` (`--shards`: the shard count it proposes when the
 group has no record yet) and report "ready"; on the epoch command wait until it runs all
-`--jobs` jobs ("synced"), report every handler start as a grant (job, tick index, token, the
-handler's own wall-clock start `t` and its lag after the tick), and once the last tick's runs
-are over and this process's run records are written, report "done" with its API requests and
-writes (by resource), when its record backlog last emptied (`records_idle_at`: every JobRun of
-its runs written), peak RSS and CPU seconds.
+`--jobs` (and `--warm-up-jobs`) jobs ("synced"), report every handler start of a benchmark job
+as a grant (job, tick index, token, the handler's own wall-clock start `t`, its lag after the
+tick, and when the write claiming its instant went out and was answered), and once the last
+tick's runs are over and this process's run records are written, report "done" with its API
+requests and writes (by resource), when its record backlog last emptied (`records_idle_at`:
+every JobRun of its runs written), peak RSS and CPU seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prometheus_client import REGISTRY
 from leasecron._metrics import RECORD_BACKLOG
 from leasecron.bench._drivers import ReplicaIO
 from leasecron.kube.clients import Kube
+from leasecron.models.names import ANNOTATION_TICK, parse_tick
 from leasecron.runtime import JobContext, Scheduler, Tuning
 
 BENCH_GROUP = "bench"
@@ -53,6 +55,43 @@ class _BacklogWatch:
                 self.idle_at = time.time()
             pending, self.pending_seen = now, self.pending_seen or now
             await asyncio.sleep(_BACKLOG_POLL_S)
+
+
+class ClaimWrites:
+    """Times of this process's writes to shard Leases by the instant they carry (the tick
+    annotation), wrapped around its Kube: when the claim of a run's instant went out and how
+    long the API server took to answer it, to tell a start's lag apart."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._request = kube.request
+        self.by_instant: dict[float, list[tuple[float, float]]] = {}
+        setattr(kube, "request", self._timed)  # noqa: B010  # mypy refuses assigning a method
+
+    async def _timed(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        sent = time.time()
+        answer = await self._request(method, path, **kwargs)
+        if (
+            method in ("PUT", "POST")
+            and "/leases" in path
+            and "leasecron-shard-" in path + str(kwargs.get("body", ""))
+        ):
+            tick = _tick_of(answer)
+            if tick is not None:
+                self.by_instant.setdefault(tick, []).append((sent, time.time()))
+        return answer
+
+    def claim_before(self, instant: float, started: float) -> tuple[float, float] | None:
+        """(sent, answered) of the last write carrying `instant` answered before `started`."""
+        done = [w for w in self.by_instant.get(instant, []) if w[1] <= started]
+        return done[-1] if done else None
+
+
+def _tick_of(lease: dict[str, Any]) -> float | None:
+    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TICK)
+    try:
+        return parse_tick(text).timestamp() if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def writes_by_resource() -> dict[str, float]:
@@ -93,12 +132,14 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         shards=args.shards,
     )
     epoch: float | None = None
+    claims = ClaimWrites(kube)
 
     @scheduler.job(HANDLER)
     async def bench(ctx: JobContext) -> None:
         started = time.time()
         instant = ctx.tick.timestamp()
-        if epoch is not None:
+        if epoch is not None and ctx.job.startswith("bench-"):  # not a warm-up job
+            claim = claims.claim_before(instant, started)
             io.emit(
                 event="grant",
                 job=int(ctx.job.rsplit("-", 1)[1]),
@@ -106,6 +147,8 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
                 token=ctx.token,
                 t=started,
                 lag=started - instant,
+                claim_sent=None if claim is None else claim[0] - instant,
+                claim_answered=None if claim is None else claim[1] - instant,
             )
         await asyncio.sleep(args.run_ms / 1000.0)
 
@@ -114,7 +157,8 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         command = await io.next_command()
         if command is None:
             return
-        await _until(lambda: len(scheduler.jobs) >= args.jobs, timeout=None)
+        expected = args.jobs + args.warm_up_jobs
+        await _until(lambda: len(scheduler.jobs) >= expected, timeout=None)
         epoch = float(command["epoch"])
         io.emit(event="synced", t=time.time())
         await _measure(args, io, kube, epoch)

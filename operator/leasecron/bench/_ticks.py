@@ -86,6 +86,7 @@ def measure_ticks(
     run_ms: float,
     claim_step: float,
     shards: int = DEFAULT_SHARDS,
+    warm_up: bool = False,
 ) -> TickResults:
     """Run the replicas through all ticks; what they reported."""
     if replicas < 1 or jobs < 1 or ticks < 1:
@@ -98,8 +99,10 @@ def measure_ticks(
         "claim_step": claim_step,
         "starting_deadline": STARTING_DEADLINE_S,
     }
+    warm_up_jobs = _runtime_ticks.warm_up_jobs(shards) if warm_up else []
     if run.through == "runtime":
         options["shards"] = shards
+        options["warm_up_jobs"] = len(warm_up_jobs)
         _runtime_ticks.apply_crds(run.kubeconfig)
     else:
         leases = _free_job_leases(run.namespace, jobs)
@@ -118,9 +121,15 @@ def measure_ticks(
     if run.through == "runtime":
         epoch = _runtime_ticks.pick_epoch(jobs=jobs, ticks=ticks, period=PERIOD_S)
         _runtime_ticks.create_jobs(
-            run.kubeconfig, run.namespace, jobs=jobs, epoch=epoch, ticks=ticks
+            run.kubeconfig,
+            run.namespace,
+            jobs=jobs,
+            epoch=epoch,
+            ticks=ticks,
+            warm_up=warm_up_jobs,
         )
-        run.progress(f"{jobs} ScheduledJobs created ({shards} shards)")
+        warm = f", {len(warm_up_jobs)} warm-up jobs" if warm_up_jobs else ""
+        run.progress(f"{jobs} ScheduledJobs created ({shards} shards{warm})")
     else:
         epoch = math.ceil(time.time()) + 2.0
     for name in names:
@@ -204,6 +213,7 @@ def ticks_report(
         "runs_per_replica": dict(sorted(per_replica.items())),
         **_resources(done, runs=account.runs, ticks=ticks),
         **_records(results, ticks=ticks),
+        **_claim_split(grants),
         "skips": merge_counts(m.data.get("skips", {}) for m in done),
     }
     rows = [
@@ -215,6 +225,10 @@ def ticks_report(
         ("start lag p99", show(figures["start_lag_p99_ms"], " ms"), _lag_target(jobs)),
         ("start lag max", show(figures["start_lag_max_ms"], " ms"), "-"),
     ]
+    if "claim_sent_p99_ms" in figures:
+        for key, label in _CLAIM_SPLIT:
+            value = f"{show(figures[f'{key}_p50_ms'])} / {show(figures[f'{key}_p99_ms'], ' ms')}"
+            rows += [(f"  {label} p50 / p99", value, "-")]
     if figures["wake_lag_p99_ms"] is not None:
         rows += [("  of which wake-up p99", show(figures["wake_lag_p99_ms"], " ms"), "-")]
     rows += [
@@ -236,6 +250,33 @@ def ticks_report(
         ]
     title = f"ticks: {replicas} replicas x {jobs} jobs x {ticks} ticks ({PERIOD_S:g}s apart)"
     return figures, table(rows, title=title)
+
+
+_CLAIM_SPLIT = (
+    ("claim_sent", "tick -> its claim write sent"),
+    ("claim_write", "claim write answered in"),
+    ("after_claim", "claim answered -> handler start"),
+)
+
+
+def _claim_split(grants: list[Message]) -> dict[str, Any]:
+    """Through the runtime: a start's lag split at the write that claimed its instant (the
+    last one this replica had answered before the start), for the grants that have one."""
+    split: dict[str, list[float]] = {key: [] for key, _ in _CLAIM_SPLIT}
+    for m in grants:
+        sent, answered = m.data.get("claim_sent"), m.data.get("claim_answered")
+        if sent is None or answered is None:
+            continue
+        split["claim_sent"].append(float(sent) * 1000.0)
+        split["claim_write"].append((float(answered) - float(sent)) * 1000.0)
+        split["after_claim"].append((float(m.data["lag"]) - float(answered)) * 1000.0)
+    if not split["claim_sent"]:
+        return {}
+    figures: dict[str, Any] = {"claim_split_runs": len(split["claim_sent"])}
+    for key, values in split.items():
+        figures[f"{key}_p50_ms"] = rounded(percentile(values, 0.5), 1)
+        figures[f"{key}_p99_ms"] = rounded(percentile(values, 0.99), 1)
+    return figures
 
 
 def _lag_target(jobs: int) -> str:
@@ -289,6 +330,7 @@ def run_ticks(
     run_ms: float = 200.0,
     claim_step: float = 0.1,
     shards: int = DEFAULT_SHARDS,
+    warm_up: bool = False,
     through: str = "coordination",
     compare_cronjob: bool = False,
     cronjob_minutes: int = 1,
@@ -308,12 +350,14 @@ def run_ticks(
                 run_ms=run_ms,
                 claim_step=claim_step,
                 shards=shards,
+                warm_up=warm_up,
             )
         figures, human = ticks_report(results, replicas=replicas, jobs=jobs, ticks=ticks)
         figures["run_ms"] = run_ms
         figures["through"] = through
         if through == "runtime":
             figures["shards"] = shards
+            figures["warm_up"] = warm_up
         if compare_cronjob:
             print(human, flush=True)
             cronjob = run_cronjob(jobs=jobs, minutes=cronjob_minutes, kubeconfig=config)

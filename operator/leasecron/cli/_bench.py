@@ -93,6 +93,11 @@ bench.add_command(
     help="--through runtime: the shard count proposed for the group's record.",
 )
 @click.option(
+    "--warm-up",
+    is_flag=True,
+    help="--through runtime: one job per shard runs 5 s before tick 0, so the shard Leases exist.",
+)
+@click.option(
     "--compare-cronjob",
     is_flag=True,
     help="Then run the CronJob controller with as many CronJobs (see `bench cronjob`).",
@@ -106,6 +111,7 @@ def ticks(
     run_ms: float,
     claim_step: float,
     shards: int,
+    warm_up: bool,
     compare_cronjob: bool,
     through: str,
     json_output: bool,
@@ -120,6 +126,7 @@ def ticks(
         run_ms=run_ms,
         claim_step=claim_step,
         shards=shards,
+        warm_up=warm_up,
         compare_cronjob=compare_cronjob,
         through=through,
         json_output=json_output,

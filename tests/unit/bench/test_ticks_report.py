@@ -1,12 +1,15 @@
 """The ticks report: runs past the startingDeadline, and through the runtime the time until
-every JobRun was written and the JobRuns found."""
+every JobRun was written, the JobRuns found, a start's lag split at its claim write, and the
+warm-up jobs that put a claimed instant on every shard first."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from leasecron.bench._processes import Message
+from leasecron.bench._runtime_ticks import warm_up_jobs
 from leasecron.bench._ticks import TickResults, ticks_report
+from leasecron.models.shards import shard_of
 
 EPOCH = 1_000_000.0
 
@@ -61,3 +64,23 @@ def test_a_replica_that_ran_nothing_does_not_count_for_the_jobruns_written() -> 
     figures, _ = ticks_report(results, replicas=2, jobs=1, ticks=1)
 
     assert figures["jobruns_written_s"] == 0.5
+
+
+def test_the_warm_up_has_one_job_on_every_shard() -> None:
+    names = warm_up_jobs(16)
+
+    assert [shard_of(name, shards=16) for name in names] == list(range(16))
+    assert all(not name.startswith("bench-") for name in names)
+
+
+def test_a_start_is_split_at_the_write_that_claimed_its_instant() -> None:
+    grant = _grant("a", 0, 0, 0.050)
+    grant.data.update(claim_sent=0.010, claim_answered=0.030)
+    results = TickResults(grants=[grant, _grant("a", 0, 1, 0.02)], done=[_done("a")], epoch=EPOCH)
+
+    figures, human = ticks_report(results, replicas=1, jobs=1, ticks=2)
+
+    assert figures["claim_split_runs"] == 1
+    assert (figures["claim_sent_p50_ms"], figures["claim_write_p50_ms"]) == (10.0, 20.0)
+    assert figures["after_claim_p50_ms"] == 20.0
+    assert "claim write answered in" in human
