@@ -44,6 +44,7 @@ from leasecron.kube.watches import Informer
 from leasecron.models.clocks import SystemClock
 from leasecron.models.configs import ElectionConfig, LockConfig
 from leasecron.models.decisions import claim_stagger
+from leasecron.testing.faults import install_from_env
 
 FAST = ElectionConfig(lease_duration=2, renew_deadline=1, retry_period=0.5)
 
@@ -54,6 +55,7 @@ def emit(**fields: Any) -> None:
 
 async def connect(namespace: str) -> tuple[Kube, Informer]:
     kube = Kube.from_config(max_workers=8, request_timeout=5.0)
+    install_from_env(kube)  # $LEASECRON_FAULTS, when a test sets it
     informer = lease_informer(kube, namespace=namespace)
     await informer.start()
     return kube, informer

@@ -29,6 +29,7 @@ from prometheus_client import REGISTRY
 from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
 from leasecron.runtime import Tuning
+from leasecron.testing.faults import install_from_env
 
 _print_lock = threading.Lock()
 
@@ -66,6 +67,7 @@ def main() -> int:
     parser.add_argument("--shard-lease", type=int, default=10, help="seconds")
     args = parser.parse_args()
     kube = Kube.from_config()
+    install_from_env(kube)  # $LEASECRON_FAULTS, when a test sets it
     scheduler = Scheduler(
         args.group,
         namespace=args.namespace,

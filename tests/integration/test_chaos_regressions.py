@@ -25,7 +25,7 @@ from leasecron.kube.clients import Kube
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, job_lease_name, jobrun_name
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
-from leasecron.testing.faults import Fault
+from leasecron.testing.faults import Fault, fault_plan
 from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
 pytestmark = pytest.mark.integration
@@ -85,7 +85,7 @@ def test_a_tick_whose_claim_lands_after_its_grant_expired_is_recorded_missed(
             _between_ticks()
             # A's next claim is sent, and lands, only after its grant's time bound has passed
             # (the API server waiting on etcd); after it, A cannot write the Lease at all.
-            late = kube_a.faults.add(
+            late = fault_plan(kube_a).add(
                 Fault(
                     verb="update",
                     resource="leases",
@@ -95,7 +95,7 @@ def test_a_tick_whose_claim_lands_after_its_grant_expired_is_recorded_missed(
                     times=1,
                 )
             )
-            cut = kube_a.faults.add(
+            cut = fault_plan(kube_a).add(
                 Fault(verb="update", resource="leases", name=lease, action="fail")
             )
             poll(lambda: cut.hits >= 1, timeout=30, what="A's late claim landed")

@@ -22,7 +22,7 @@ from leasecron.models.configs import ElectionConfig
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, job_lease_name, jobrun_name
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests, poll
-from leasecron.testing.faults import Fault
+from leasecron.testing.faults import Fault, fault_plan
 from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
 pytestmark = pytest.mark.integration
@@ -73,13 +73,15 @@ def test_a_claim_whose_reply_is_lost_still_runs_its_tick_and_the_job_goes_on(
 ) -> None:
     lease = job_lease_name("lost-reply")
     # The first claim creates the job's Lease; its reply is lost, the write lands.
-    kube.faults.add(
+    fault_plan(kube).add(
         Fault(verb="create", resource="leases", name=lease, action="lose_reply", times=1)
     )
     if read_back == "fails":
         # ... and the GET that reads it back fails too: the claim is uncertain, and the
         # replica must recognise its own grant when the watch shows it.
-        kube.faults.add(Fault(verb="get", resource="leases", name=lease, action="fail", times=1))
+        fault_plan(kube).add(
+            Fault(verb="get", resource="leases", name=lease, action="fail", times=1)
+        )
     apply_manifests(kube_api, [scheduled_job("lost-reply")], namespace=namespace)
     handler = CapturingHandler()
     scheduler = _scheduler(kube, namespace, "lost-reply", handler)
@@ -88,7 +90,7 @@ def test_a_claim_whose_reply_is_lost_still_runs_its_tick_and_the_job_goes_on(
         assert handler.wait_calls(4, timeout=20), "the job stalled behind its own lost claim"
     finally:
         scheduler.stop()
-    assert sum(rule.hits for rule in kube.faults.rules) == (1 if read_back == "answers" else 2)
+    assert sum(rule.hits for rule in fault_plan(kube).rules) == (1 if read_back == "answers" else 2)
     ticks = _ticks(handler.contexts)
     assert len(set(ticks)) == len(ticks), ticks
     assert not _unaccounted(kube_api, namespace, "lost-reply", ticks)
@@ -111,7 +113,7 @@ def test_one_failed_request_is_not_an_outage_for_run_locally(
         # Half-way between two ticks the last run was released and the next claim is the
         # next write of the job's Lease: that claim is the one request that fails.
         time.sleep(1.5 - datetime.now().microsecond / 1e6 % 1.0)
-        rule = kube.faults.add(
+        rule = fault_plan(kube).add(
             Fault(
                 verb="update",
                 resource="leases",
@@ -153,7 +155,7 @@ def test_run_locally_never_runs_a_tick_while_another_replica_holds_the_job(
             },
         },
     )
-    kube.faults.add(Fault(verb="watch", resource="leases", action="fail"))
+    fault_plan(kube).add(Fault(verb="watch", resource="leases", action="fail"))
     apply_manifests(
         kube_api, [scheduled_job("held", onStoreUnavailable="RunLocally")], namespace=namespace
     )
@@ -200,7 +202,7 @@ def test_run_locally_does_not_run_a_tick_whose_run_is_already_on_record(
         )
     lease = job_lease_name("recorded")
     for verb in ("create", "update"):
-        kube.faults.add(
+        fault_plan(kube).add(
             Fault(verb=verb, resource="leases", name=lease, action="status", status=503)
         )
     handler = CapturingHandler()
@@ -235,7 +237,7 @@ def test_ticks_run_unguarded_in_an_outage_are_recorded_after_it_and_never_run_ag
     try:
         assert handler.wait_calls(2)
         rules = [
-            kube.faults.add(Fault(verb=verb, resource=resource, action="status", status=503))
+            fault_plan(kube).add(Fault(verb=verb, resource=resource, action="status", status=503))
             for verb in ("create", "update")
             for resource in ("leases", "jobruns")
         ]
@@ -244,7 +246,7 @@ def test_ticks_run_unguarded_in_an_outage_are_recorded_after_it_and_never_run_ag
         outage = [ctx.tick for ctx in handler.contexts if ctx.unguarded]
         assert len(outage) >= 3
         for rule in rules:
-            kube.faults.remove(rule)
+            fault_plan(kube).remove(rule)
         healed = handler.calls
         assert handler.wait_calls(healed + 4, timeout=30)
     finally:
@@ -266,7 +268,7 @@ def test_an_elector_whose_acquire_reply_is_lost_leads_with_the_term_that_landed(
 
     async def scenario() -> int:
         kube = Kube(kube_api, max_workers=4, request_timeout=3.0)
-        kube.faults.add(
+        fault_plan(kube).add(
             Fault(verb="create", resource="leases", name="leader", action="lose_reply", times=1)
         )
         informer = lease_informer(kube, namespace=namespace)

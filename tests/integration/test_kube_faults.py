@@ -22,14 +22,13 @@ from prometheus_client import REGISTRY
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import OutcomeUnknown, Unavailable
 from leasecron.kube.leases import LeaseStore
-from leasecron.testing.faults import ENV_VAR, Fault, FaultPlan
+from leasecron.testing.faults import ENV_VAR, Fault, FaultPlan, fault_plan
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def store(kube_api: ApiClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[LeaseStore]:
-    monkeypatch.delenv(ENV_VAR, raising=False)
+def store(kube_api: ApiClient) -> Iterator[LeaseStore]:
     kube = Kube(kube_api, max_workers=4, request_timeout=5.0)
     yield LeaseStore(kube)
     asyncio.run(kube.close())
@@ -60,7 +59,7 @@ def test_a_write_whose_reply_is_lost_lands_while_its_caller_gets_outcome_unknown
     store: LeaseStore, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     update = held_by(store, namespace, "replica-a")
-    rule = store.kube.faults.add(
+    rule = fault_plan(store.kube).add(
         Fault(verb="update", resource="leases", action="lose_reply", times=1)
     )
     before = injected_total(verb="update", resource="leases", action="lose_reply")
@@ -82,7 +81,9 @@ def test_a_write_whose_reply_is_lost_lands_while_its_caller_gets_outcome_unknown
 def test_a_create_whose_reply_is_lost_is_matched_by_the_name_in_its_body(
     store: LeaseStore, namespace: str
 ) -> None:
-    store.kube.faults.add(Fault(verb="create", resource="leases", name="a", action="lose_reply"))
+    fault_plan(store.kube).add(
+        Fault(verb="create", resource="leases", name="a", action="lose_reply")
+    )
     asyncio.run(store.create(namespace=namespace, body=lease("other", "replica-a")))
 
     with pytest.raises(OutcomeUnknown):
@@ -95,13 +96,13 @@ def test_a_failed_write_is_plain_unavailable_and_does_not_land(
     store: LeaseStore, namespace: str
 ) -> None:
     update = held_by(store, namespace, "replica-a")
-    store.kube.faults.add(Fault(verb="*", resource="*", action="fail"))
+    fault_plan(store.kube).add(Fault(verb="*", resource="*", action="fail"))
 
     with pytest.raises(Unavailable) as caught:
         asyncio.run(store.replace(namespace=namespace, body=update))
 
     assert type(caught.value) is Unavailable
-    store.kube.faults.clear()
+    fault_plan(store.kube).clear()
     assert holder_of(store, namespace) == "replica-a"
 
 
@@ -112,7 +113,7 @@ def test_an_injected_status_maps_like_the_real_one_and_does_not_land(
     update = held_by(store, namespace, "replica-a")
 
     fault = Fault(verb="update", resource="leases", action="status", status=status)
-    with store.kube.faults.injected(fault), pytest.raises(Unavailable) as caught:
+    with fault_plan(store.kube).injected(fault), pytest.raises(Unavailable) as caught:
         asyncio.run(store.replace(namespace=namespace, body=update))
 
     assert type(caught.value) is Unavailable
@@ -122,7 +123,7 @@ def test_an_injected_status_maps_like_the_real_one_and_does_not_land(
 
 def test_a_delayed_write_is_held_back_and_then_lands(store: LeaseStore, namespace: str) -> None:
     update = held_by(store, namespace, "replica-a")
-    store.kube.faults.add(Fault(verb="update", resource="leases", action="delay", seconds=1.0))
+    fault_plan(store.kube).add(Fault(verb="update", resource="leases", action="delay", seconds=1.0))
 
     started = time.monotonic()
     asyncio.run(store.replace(namespace=namespace, body=update))
@@ -135,7 +136,7 @@ def test_a_hanging_write_times_out_as_outcome_unknown_without_landing(
     store: LeaseStore, namespace: str
 ) -> None:
     update = held_by(store, namespace, "replica-a")
-    rule = store.kube.faults.add(Fault(verb="update", resource="leases", action="hang"))
+    rule = fault_plan(store.kube).add(Fault(verb="update", resource="leases", action="hang"))
 
     with pytest.raises(OutcomeUnknown, match="Read timed out"):
         asyncio.run(store.replace(namespace=namespace, body=update, timeout=0.5))
@@ -147,7 +148,7 @@ def test_a_hanging_write_times_out_as_outcome_unknown_without_landing(
 def test_a_hanging_read_is_unavailable_not_an_unknown_outcome(
     store: LeaseStore, namespace: str
 ) -> None:
-    store.kube.faults.add(Fault(verb="get", resource="leases", name="a", action="hang"))
+    fault_plan(store.kube).add(Fault(verb="get", resource="leases", name="a", action="hang"))
 
     with pytest.raises(Unavailable) as caught:
         asyncio.run(store.get(namespace=namespace, name="a", timeout=0.2))
@@ -156,7 +157,7 @@ def test_a_hanging_read_is_unavailable_not_an_unknown_outcome(
 
 
 def test_opening_a_watch_is_subject_to_faults(store: LeaseStore, namespace: str) -> None:
-    store.kube.faults.add(Fault(verb="watch", resource="leases", action="status", status=503))
+    fault_plan(store.kube).add(Fault(verb="watch", resource="leases", action="status", status=503))
     path = store.collection_path(namespace=namespace)
 
     with pytest.raises(Unavailable) as caught:
@@ -169,7 +170,7 @@ def test_a_write_whose_caller_times_out_stays_cancelled_and_can_still_land(
     store: LeaseStore, namespace: str
 ) -> None:
     update = held_by(store, namespace, "replica-a")
-    store.kube.faults.add(Fault(verb="update", resource="leases", action="delay", seconds=1.0))
+    fault_plan(store.kube).add(Fault(verb="update", resource="leases", action="delay", seconds=1.0))
 
     async def give_up_early() -> None:
         await asyncio.wait_for(store.replace(namespace=namespace, body=update), timeout=0.1)
@@ -189,8 +190,10 @@ REPLICA = """
 import json, sys
 from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
+from leasecron.testing.faults import install_from_env
 
 kube = Kube.from_config(kubeconfig=sys.argv[1], request_timeout=5.0)
+install_from_env(kube)
 path = LeaseStore(kube).collection_path(namespace=sys.argv[2])
 print(json.dumps({"ready": True}), flush=True)
 for _ in sys.stdin:

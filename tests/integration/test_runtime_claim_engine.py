@@ -22,7 +22,7 @@ from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_n
 from leasecron.models.shards import shard_lease_name, shard_of
 from leasecron.runtime import Tuning
 from leasecron.testing import poll
-from leasecron.testing.faults import Fault
+from leasecron.testing.faults import Fault, fault_plan
 from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
 
 pytestmark = pytest.mark.integration
@@ -190,7 +190,7 @@ def test_a_shard_lease_deleted_while_its_records_are_queued_never_takes_tokens_b
     try:
         assert capture.wait_calls(2, timeout=30)
         refused = Fault(verb="create", resource="jobruns", action="status", status=503)
-        with kube.faults.injected(refused):
+        with fault_plan(kube).injected(refused):
             seen = len(capture.contexts)
             assert capture.wait_calls(seen + 2, timeout=30)
             before = max(ctx.token or 0 for ctx in capture.contexts)

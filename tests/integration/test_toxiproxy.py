@@ -16,7 +16,6 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.errors import OutcomeUnknown, Unavailable
 from leasecron.kube.leases import LeaseStore
 from leasecron.testing import ClusterAccess, Proxy, Toxiproxy, kubeconfig_via
-from leasecron.testing.faults import ENV_VAR
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +37,8 @@ def proxy(toxiproxy: Toxiproxy, controlplane: ClusterAccess) -> Iterator[Proxy]:
 
 
 @pytest.fixture
-def proxied(
-    proxy: Proxy, controlplane: ClusterAccess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[LeaseStore]:
+def proxied(proxy: Proxy, controlplane: ClusterAccess, tmp_path: Path) -> Iterator[LeaseStore]:
     """A LeaseStore whose Kube reaches the API server only through `proxy`."""
-    monkeypatch.delenv(ENV_VAR, raising=False)
     kubeconfig = kubeconfig_via(controlplane, proxy, tmp_path / "kubeconfig")
     kube = Kube.from_config(kubeconfig=str(kubeconfig), max_workers=4, request_timeout=5.0)
     yield LeaseStore(kube)

@@ -3,6 +3,8 @@
 Owns parsing the flags into an `OperatorConfig` (durations are checked when the election
 config is built, and a bad value is reported naming the flag) and the process exit code:
 0 after SIGTERM, 3 when leadership was lost (the pod restarts as a standby), 1 on failure.
+An operator that a test starts with $LEASECRON_FAULTS set follows that fault file
+(`leasecron.testing.faults.install_from_env`, docs/faults.md); otherwise nothing is installed.
 """
 
 from __future__ import annotations
@@ -162,5 +164,7 @@ def operator_command(
         run_record_grace=grace,
         floor_record_limit=limit,
     )
-    code = asyncio.run(OperatorProcess(config).run())
+    from leasecron.testing.faults import install_from_env  # stdlib and leasecron only
+
+    code = asyncio.run(OperatorProcess(config, prepare_kube=install_from_env).run())
     sys.exit(code)

@@ -14,13 +14,15 @@ Differences from `example_app` (the handlers' logic is the example app's own):
 - Every second it prints a `stats` line with its API requests by verb and resource, read from
   its own Prometheus counter, so the bench can count writes per run.
 
-Requests under faults come from `LEASECRON_FAULTS` (see docs/faults.md); the bench points
+Requests under faults come from the file `LEASECRON_FAULTS` names, installed on this replica's
+Kube by `leasecron.testing.faults.install_from_env` (see docs/faults.md); the bench points
 `KUBECONFIG` at a Toxiproxy per replica. Owns nothing the example app does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import threading
@@ -37,7 +39,9 @@ from prometheus_client import REGISTRY
 from leasecron import JobContext, Scheduler
 from leasecron.demo._ledger import InvoiceOutcome, Ledger, StaleTokenError
 from leasecron.demo.example_app import Events, ExampleApp
+from leasecron.kube.clients import Kube
 from leasecron.models.clocks import SystemClock
+from leasecron.testing.faults import install_from_env
 
 _LEDGER_TIMEOUT = 30.0
 _STATS_SECONDS = 1.0
@@ -123,7 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-ms", type=float, default=300.0)
     args = parser.parse_args(argv)
     clock = SystemClock(skew=timedelta(seconds=args.skew))
-    scheduler = Scheduler(args.group, clock=clock)
+    kube = Kube.from_config()
+    install_from_env(kube)
+    scheduler = Scheduler(args.group, clock=clock, kube=kube)
     events = Events(replica=scheduler.identity)
     app = ChaosApp(
         ledger=LedgerClient(args.ledger_url), events=events, work_seconds=args.work_ms / 1000
@@ -141,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     threading.Thread(target=report, name="chaos-report", daemon=True).start()
     scheduler.run_forever()
+    asyncio.run(kube.close())  # the Scheduler closes only a Kube it made itself
     events.emit("stopped")
     return 0
 

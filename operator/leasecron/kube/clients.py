@@ -16,8 +16,9 @@ treating it as not written. A caller that cancels a write in flight (or times ou
 it) gets CancelledError (TimeoutError): cancellation always propagates, and the write may
 still land.
 
-Every Kube has a `faults` FaultPlan (empty unless $LEASECRON_FAULTS names a file when it is
-built): the seam through which tests fail, delay or cut short chosen requests.
+`wrap_transport` is the one seam around the round trip (see `transports`): test code wraps a
+Kube's transport to fail, delay or cut short chosen requests (`leasecron.testing.faults`).
+A Kube has no wrapper unless one is installed, and reads nothing from the environment for it.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ import urllib3
 
 from leasecron._logs import get_logger
 from leasecron._metrics import API_REQUESTS
-from leasecron.kube import _injection
-from leasecron.kube._paths import collection_path, describe, is_write, object_path, target
+from leasecron.kube._paths import collection_path, describe, is_write, object_path
 from leasecron.kube.errors import KubeError, map_error, status_error
-from leasecron.kube.faults import FaultPlan
+from leasecron.kube.transports import Request, Send, TransportWrapper, describe_request
 
 _log = get_logger("leasecron.kube")
 __all__ = ["Kube", "WatchStream", "collection_path", "object_path"]
@@ -135,7 +135,7 @@ class Kube:
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="leasecron-kube")
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self.faults: FaultPlan = FaultPlan.from_env()
+        self._wrappers: tuple[TransportWrapper, ...] = ()
 
     @classmethod
     def from_config(
@@ -185,6 +185,20 @@ class Kube:
         """Requests sent so far that change state (POST, PUT, PATCH, DELETE)."""
         with self._lock:
             return sum(n for method, n in self._counts.items() if is_write(method))
+
+    @property
+    def transport_wrappers(self) -> tuple[TransportWrapper, ...]:
+        """The wrappers installed by `wrap_transport`, first installed first."""
+        return self._wrappers
+
+    def wrap_transport(self, wrapper: TransportWrapper) -> None:
+        """Put `wrapper` around every request sent from now on (see `transports`); the last
+        one installed sees a request first. There is no unwrapping: a wrapper that should stop
+        acting becomes a pass-through."""
+        if not callable(wrapper):
+            raise TypeError(f"wrap_transport takes a callable, got {wrapper!r}")
+        with self._lock:
+            self._wrappers = (*self._wrappers, wrapper)
 
     async def request(
         self,
@@ -275,49 +289,48 @@ class Kube:
         stream: bool,
         timeout: float,
     ) -> urllib3.BaseHTTPResponse:
-        """Send one request; `timeout` is the total for a plain request, the read timeout
-        (between chunks) for a stream. Applies the fault plan's rule when one fires."""
+        """Send one request through the installed wrappers, if any; `timeout` is the total for
+        a plain request, the read timeout (between chunks) for a stream."""
         method = method.upper()
-        verb, resource = describe(method, path, query)
-        write = is_write(method)
         with self._lock:
             self._counts[method] += 1
         url = self.api_client.configuration.host + path
         if query:
             url = f"{url}?{urlencode(dict(query))}"
-        namespace, name = target(path)
-        if name is None and verb == "create" and isinstance(body, dict):
-            name = (body.get("metadata") or {}).get("name")
-        # Faults that raise here send nothing, so they count only in INJECTED_FAULTS.
-        rule = self.faults.match(verb=verb, resource=resource, name=name, namespace=namespace)
-        if rule is not None:
-            _injection.before_sending(
-                rule, verb=verb, resource=resource, name=name, write=write, url=url, timeout=timeout
-            )
         headers = self._headers(method, path, content_type=content_type, has_body=body is not None)
         payload = None if body is None else _encode(body)
         if stream:
             limits = urllib3.Timeout(connect=self.request_timeout, read=timeout)
         else:
             limits = urllib3.Timeout(total=timeout)
-        try:
-            response = self.api_client.rest_client.pool_manager.request(
-                method,
-                url,
-                body=payload,
-                headers=headers,
-                timeout=limits,
-                retries=_RETRIES,
-                preload_content=not stream,
+        verb, resource = describe(method, path, query)
+        write = is_write(method)
+
+        def send() -> urllib3.BaseHTTPResponse:
+            try:
+                response = self.api_client.rest_client.pool_manager.request(
+                    method,
+                    url,
+                    body=payload,
+                    headers=headers,
+                    timeout=limits,
+                    retries=_RETRIES,
+                    preload_content=not stream,
+                )
+            except Exception as e:
+                API_REQUESTS.labels(verb=verb, resource=resource, code="error").inc()
+                raise map_error(e, write=write) from e
+            API_REQUESTS.labels(verb=verb, resource=resource, code=str(response.status)).inc()
+            return response
+
+        wrappers = self._wrappers
+        if wrappers:
+            request = describe_request(
+                method, path, url=url, query=query, body=body, stream=stream, timeout=timeout
             )
-        except Exception as e:
-            API_REQUESTS.labels(verb=verb, resource=resource, code="error").inc()
-            raise map_error(e, write=write) from e
-        API_REQUESTS.labels(verb=verb, resource=resource, code=str(response.status)).inc()
-        if rule is not None and rule.fault.action == "lose_reply":
-            response.close()
-            response.release_conn()
-            raise _injection.reply_lost(rule, verb=verb, resource=resource, name=name, write=write)
+            response = _through(wrappers, request, send)
+        else:
+            response = send()
         if not 200 <= response.status < 300:
             raw = response.data if not stream else response.read()
             response.release_conn()
@@ -342,6 +355,15 @@ class Kube:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._owns_client:
             self.api_client.rest_client.close()
+
+
+def _through(
+    wrappers: tuple[TransportWrapper, ...], request: Request, send: Send
+) -> urllib3.BaseHTTPResponse:
+    """`send` through `wrappers`, the last one outermost."""
+    for wrapper in wrappers:
+        send = functools.partial(wrapper, request, send)
+    return send()
 
 
 def _encode(body: object) -> bytes:

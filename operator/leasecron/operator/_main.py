@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -87,9 +87,18 @@ async def _first(*awaitables: Awaitable[Any]) -> None:
 class OperatorProcess:
     """One `leasecron operator` process; `run()` returns its exit code."""
 
-    def __init__(self, config: OperatorConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        config: OperatorConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        prepare_kube: Callable[[Kube], object] | None = None,
+    ) -> None:
+        """`prepare_kube` is called with the process's Kube before its first request (the CLI
+        installs a test's fault plan with it)."""
         self.config = config
         self._clock = clock
+        self._prepare_kube = prepare_kube
         self._stop = asyncio.Event()
         self._lost = asyncio.Event()
         self._kopf_ready = asyncio.Event()
@@ -145,6 +154,8 @@ class OperatorProcess:
         config = self.config
         self._install_signals()
         kube = Kube.from_config(kubeconfig=config.kubeconfig)
+        if self._prepare_kube is not None:
+            self._prepare_kube(kube)
         health = HealthServer(
             host=config.bind_address, port=config.health_port, alive=self._alive, ready=self._ready
         )

@@ -3,7 +3,8 @@
 Owns the pure side of fault injection: `Fault` (one validated rule), `FaultPlan` (the ordered
 rules of one Kube, their hit counts, and an optional JSON file they are re-read from) and the
 file format (a JSON list of Fault objects). Applying a fault to a request (sleeping, sending,
-raising) is `Kube._send`'s job. Public as `leasecron.testing.faults`.
+raising) is `_injection`'s job, as the Kube's transport wrapper. Public as
+`leasecron.testing.faults`.
 
 A request matches a rule when verb, resource (the plural as `_paths.describe` names it, with
 "/status" for that subresource), and the optional name and namespace all match; "*" matches any
@@ -25,9 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-__all__ = ["ENV_VAR", "Action", "Fault", "FaultPlan", "FaultRule", "load_faults"]
+__all__ = ["Action", "Fault", "FaultPlan", "FaultRule", "load_faults"]
 
-ENV_VAR = "LEASECRON_FAULTS"
 Action = Literal["lose_reply", "fail", "status", "delay", "hang"]
 ACTIONS: tuple[str, ...] = get_args(Action)
 VERBS = frozenset(
@@ -162,7 +162,7 @@ def load_faults(path: Path) -> list[Fault]:
 class FaultPlan:
     """The ordered fault rules of one Kube; thread-safe. Rules added in process come first,
     then those of the plan's file (`FaultPlan(path=...)`), re-read whenever the file changes.
-    An empty plan costs one attribute check per request."""
+    A plan without rules or file costs one attribute check per request."""
 
     def __init__(self, *, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else None
@@ -170,12 +170,6 @@ class FaultPlan:
         self._rules: list[FaultRule] = []
         self._file_rules: list[FaultRule] = []
         self._file_key: tuple[int, int, int] | None = None
-
-    @classmethod
-    def from_env(cls) -> FaultPlan:
-        """A plan backed by the file named in $LEASECRON_FAULTS, else an empty one."""
-        path = os.environ.get(ENV_VAR)
-        return cls(path=path) if path else cls()
 
     @property
     def rules(self) -> list[FaultRule]:

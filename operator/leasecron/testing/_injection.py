@@ -1,11 +1,13 @@
 """Applying a fired `FaultRule` to one request: the errors, waits and logs of each action.
 
-`Kube._send` asks its FaultPlan for a rule, calls `before_sending` (which raises for fail,
-status and hang, and sleeps for delay) and, after a real round trip, `reply_lost` for
-lose_reply. Each injected fault logs one warning and counts in
-`leasecron_injected_faults_total`. The errors are the ones the real failure would give, built
+`PlanWrapper` is a Kube transport wrapper (`leasecron.kube.transports`) around one
+FaultPlan: for each request it asks the plan for a rule, calls `before_sending` (which raises
+for fail, status and hang, and sleeps for delay) and, after a real round trip, `reply_lost`
+for lose_reply. Each injected fault logs one warning and counts in
+`leasecron_injected_faults_total`; a fault that raises before sending sends nothing, so it
+counts in no API_REQUESTS sample. The errors are the ones the real failure would give, built
 through `errors.map_error`, so callers cannot tell an injected fault from a real one except
-by the message. Nothing here decides which requests match: that is `faults.FaultPlan`.
+by the message. Nothing here decides which requests match: that is `FaultPlan`.
 """
 
 from __future__ import annotations
@@ -15,28 +17,58 @@ import json
 import logging
 import time
 
+import urllib3
 import urllib3.exceptions
 
 from leasecron._metrics import INJECTED_FAULTS
 from leasecron.kube.errors import KubeError, OutcomeUnknown, Unavailable, map_error, status_error
-from leasecron.kube.faults import FaultRule
+from leasecron.kube.transports import Request, Send
+from leasecron.testing._fault_rules import FaultPlan, FaultRule
 
 log = logging.getLogger("leasecron.faults")
 
 INJECTED = "(injected fault)"
 
 
-def _record(rule: FaultRule, *, verb: str, resource: str, name: str | None) -> None:
+class PlanWrapper:
+    """The transport wrapper that applies `plan` to every request of the Kube it wraps."""
+
+    def __init__(self, plan: FaultPlan) -> None:
+        self.plan = plan
+
+    def __call__(self, request: Request, send: Send) -> urllib3.BaseHTTPResponse:
+        rule = self.plan.match(
+            verb=request.verb,
+            resource=request.resource,
+            name=request.name,
+            namespace=request.namespace,
+        )
+        if rule is None:
+            return send()
+        before_sending(rule, request)
+        response = send()
+        if rule.fault.action == "lose_reply":
+            response.close()
+            response.release_conn()
+            raise reply_lost(rule, request)
+        return response
+
+
+def _record(rule: FaultRule, request: Request) -> None:
     action = rule.fault.action
     log.warning(
         "injecting fault: %s %s %s -> %s %s",
-        verb,
-        resource or "-",
-        name or "-",
+        request.verb,
+        request.resource or "-",
+        request.name or "-",
         action,
         INJECTED,
     )
-    INJECTED_FAULTS.labels(verb=verb, resource=resource, action=action).inc()
+    INJECTED_FAULTS.labels(verb=request.verb, resource=request.resource, action=action).inc()
+
+
+def _what(request: Request) -> str:
+    return f"{request.verb} {request.resource} {request.name or ''}".rstrip()
 
 
 def _status_body(status: int, *, what: str) -> bytes:
@@ -57,23 +89,14 @@ def _status_body(status: int, *, what: str) -> bytes:
     ).encode()
 
 
-def before_sending(
-    rule: FaultRule,
-    *,
-    verb: str,
-    resource: str,
-    name: str | None,
-    url: str,
-    write: bool,
-    timeout: float,
-) -> None:
-    """Carry out `rule` before the request would be sent: raise for fail, status and hang
+def before_sending(rule: FaultRule, request: Request) -> None:
+    """Carry out `rule` before `request` would be sent: raise for fail, status and hang
     (nothing is sent), sleep for delay, do nothing yet for lose_reply."""
     fault = rule.fault
     if fault.action == "lose_reply":
         return
-    _record(rule, verb=verb, resource=resource, name=name)
-    what = f"{verb} {resource} {name or ''}".rstrip()
+    _record(rule, request)
+    what = _what(request)
     if fault.action == "delay":
         time.sleep(fault.seconds)
         return
@@ -83,21 +106,19 @@ def before_sending(
         raise status_error(fault.status, _status_body(fault.status, what=what))
     # hang: no reply until the request's timeout (or until the rule is lifted), then fail as
     # a real read timeout does, which for a write means the outcome is unknown.
-    rule.lifted.wait(timeout)
+    rule.lifted.wait(request.timeout)
     timed_out = urllib3.exceptions.ReadTimeoutError(
         None,  # type: ignore[arg-type]  # no pool: nothing was sent
-        url,
-        f"Read timed out. (read timeout={timeout:g}) {INJECTED}",
+        request.url,
+        f"Read timed out. (read timeout={request.timeout:g}) {INJECTED}",
     )
-    raise map_error(timed_out, write=write)
+    raise map_error(timed_out, write=request.write)
 
 
-def reply_lost(
-    rule: FaultRule, *, verb: str, resource: str, name: str | None, write: bool
-) -> KubeError:
-    """The error for a request that was sent and whose reply is now discarded."""
-    _record(rule, verb=verb, resource=resource, name=name)
-    what = f"{verb} {resource} {name or ''}".rstrip()
-    if write:
+def reply_lost(rule: FaultRule, request: Request) -> KubeError:
+    """The error for `request`, which was sent and whose reply is now discarded."""
+    _record(rule, request)
+    what = _what(request)
+    if request.write:
         return OutcomeUnknown(f"{what}: reply lost {INJECTED}", reason="NoReply")
     return Unavailable(f"{what}: reply lost {INJECTED}", reason="NoReply")

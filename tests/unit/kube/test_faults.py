@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from leasecron.testing.faults import ENV_VAR, Fault, FaultPlan, load_faults
+from leasecron.testing.faults import Fault, FaultPlan, load_faults
 
 
 def hit(plan: FaultPlan, **request: Any) -> Fault | None:
@@ -189,20 +187,3 @@ def test_a_corrupt_file_injects_nothing_and_logs_the_file_and_problem(
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1  # once per change of the file, not per request
     assert str(path) in errors[0] and problem in errors[0]
-
-
-def test_the_env_var_names_the_plan_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "faults.json"
-    path.write_text(json.dumps([{"verb": "get", "resource": "leases", "action": "fail"}]))
-    monkeypatch.setenv(ENV_VAR, os.fspath(path))
-
-    plan = FaultPlan.from_env()
-
-    assert plan.path == path
-    assert hit(plan, verb="get") == Fault(verb="get", resource="leases", action="fail")
-
-
-def test_without_the_env_var_a_plan_has_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_VAR, raising=False)
-
-    assert FaultPlan.from_env().path is None
