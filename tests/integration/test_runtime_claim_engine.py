@@ -15,10 +15,19 @@ import pytest
 from kubernetes import client
 
 from leasecron import JobContext, Scheduler
+from leasecron.coordination.resourcelocks import ROLE_JOB
 from leasecron.kube.clients import Kube
 from leasecron.models.groups import ANNOTATION_SHARDS, group_lease_name
-from leasecron.models.leases import lease_body, parse_lease
-from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
+from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
+from leasecron.models.names import (
+    GROUP,
+    LABEL_JOB,
+    LABEL_ROLE,
+    SCHEDULEDJOB_PLURAL,
+    VERSION,
+    job_lease_name,
+    jobrun_name,
+)
 from leasecron.models.shards import shard_lease_name, shard_of
 from leasecron.runtime import Tuning
 from leasecron.testing import poll
@@ -296,3 +305,24 @@ def _read(api: Any, namespace: str, name: str) -> dict[str, Any] | None:
         return None
     raw: dict[str, Any] = api.sanitize_for_serialization(lease)
     return raw
+
+
+def test_a_job_claimed_on_its_own_lease_by_an_earlier_version_continues_above_that_token(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """Upgrading from per-job claims: the group record, created now, starts its token
+    ceiling above every token a leasecron Lease of the namespace carries."""
+    record = LeaseRecord(holder="", lease_duration_s=15, transitions=40)
+    body = lease_body(record, labels={LABEL_ROLE: ROLE_JOB, LABEL_JOB: "upgraded"})
+    body["metadata"]["name"] = job_lease_name("upgraded")
+    client.CoordinationV1Api(kube_api).create_namespaced_lease(namespace, body)
+    pairs = _schedulers(kube, namespace, 4)
+    scheduler, capture = pairs[0]
+    _create(kube_api, namespace, "upgraded")
+    scheduler.start()
+    try:
+        assert capture.wait_calls(2, timeout=30)
+    finally:
+        scheduler.stop()
+    tokens = [ctx.token or 0 for ctx in _contexts(pairs, "upgraded")]
+    assert tokens and min(tokens) > 40, tokens

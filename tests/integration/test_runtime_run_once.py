@@ -3,6 +3,7 @@ handler against the cluster, as a replica runs it, with its context captured."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,7 +11,11 @@ import pytest
 
 from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
+from leasecron.kube.jobruns import JobRunStore
+from leasecron.models.names import jobrun_name
 from leasecron.runtime import Tuning
+from leasecron.testing import poll
+from leasecron.testing.faults import Fault, fault_plan
 from leasecron.testing.handlers import CapturingHandler, run_tick_sync, scheduled_job
 
 pytestmark = pytest.mark.integration
@@ -88,11 +93,32 @@ def test_a_single_owner_job_runs_one_term_until_its_handler_returns(
     assert result.jobrun["status"]["outcome"] == "Succeeded"
 
 
-def test_a_leader_coordinated_tick_runs_once_this_replica_leads(scheduler: Scheduler) -> None:
+def test_a_tick_whose_record_landed_unconfirmed_is_recorded_missed_and_never_left_running(
+    scheduler: Scheduler, kube: Kube
+) -> None:
+    """The JobRun create lands but its reply is lost, and the read-back fails too: the handler
+    is not started (nothing confirms the tick is ours to record), and the record that landed
+    ends Missed with the reason, not Running for good."""
     capture = CapturingHandler()
-    scheduler.register("led", capture)
-    election = {"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"}
-    manifest: dict[str, Any] = scheduled_job("led", coordination="Leader", election=election)
-    result = run_tick_sync(scheduler, manifest, tick=TICK)
-    assert result.outcome == "Succeeded" and capture.calls == 1
-    assert result.jobrun is not None and result.jobrun["spec"]["holder"] == scheduler.identity
+    scheduler.register("unsure", capture)
+    manifest: dict[str, Any] = scheduled_job("unsure", schedule="@every 1h")
+    lost = Fault(verb="create", resource="jobruns", action="lose_reply", times=1)
+    unread = Fault(verb="get", resource="jobruns", action="fail", times=1)
+    plan = fault_plan(kube)
+    with plan.injected(lost), plan.injected(unread):
+        result = run_tick_sync(scheduler, manifest, tick=TICK)
+    assert capture.calls == 0 and result.outcome is None
+    name = jobrun_name("unsure", TICK)
+    run = poll(
+        lambda: _final(kube, scheduler.namespace, name),
+        timeout=30,
+        what=f"JobRun {name} finished",
+    )
+    assert run["status"]["outcome"] == "Missed"
+    assert "could not be confirmed" in run["status"]["message"]
+
+
+def _final(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    found = asyncio.run(JobRunStore(kube).get(namespace=namespace, name=name))
+    outcome = ((found or {}).get("status") or {}).get("outcome")
+    return found if outcome not in (None, "Running") else None

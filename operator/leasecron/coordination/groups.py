@@ -28,10 +28,16 @@ from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
-from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseLock, LeaseStoreLike
+from leasecron.coordination.resourcelocks import (
+    LEASE_SELECTOR,
+    ROLE_SHARD,
+    LeaseLock,
+    LeaseStoreLike,
+)
 from leasecron.coordination.shards import shard_labels
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnknown, Unavailable
+from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.decisions import FUTURE_TICK_LIMIT
 from leasecron.models.groups import (
@@ -45,7 +51,7 @@ from leasecron.models.groups import (
     replaced,
     retired,
 )
-from leasecron.models.leases import LeaseRecord, lease_annotations
+from leasecron.models.leases import LeaseRecord, lease_annotations, parse_lease
 from leasecron.models.names import LABEL_GROUP, format_tick
 from leasecron.models.shards import MAX_SHARDS, shard_lease_name
 
@@ -112,6 +118,7 @@ class GroupRecord:
         self.identity = identity
         self.configured_shards = _check_count(configured_shards, "configured_shards")
         self._timeout = request_timeout
+        self._kube = kube
         self.lease = _record_lock(kube, cache, clock=clock, namespace=namespace, group=group)
         self._log = get_logger("leasecron.coordination").bind(
             group=group, lease=self.lease.name, namespace=namespace, identity=identity
@@ -200,10 +207,22 @@ class GroupRecord:
         Raises KubeError when the store cannot be read or written (retry Unavailable)."""
         seen = await _get(self.lease, self._timeout)
         if seen is None:
-            await self._create(GroupState(shards=self.configured_shards))
+            ceiling = await self._highest_token_on_record()
+            await self._create(GroupState(shards=self.configured_shards, ceiling=ceiling))
         state = self.state
         self._told = (state.shards, state.floor_tick)
         return state
+
+    async def _highest_token_on_record(self) -> int:
+        """The highest token any leasecron Lease of the namespace carries (shard Leases of an
+        earlier record, job Leases of earlier versions): a record created now starts its
+        ceiling there, so no token handed out later is below one already used."""
+        if not isinstance(self._kube, Kube):
+            return 0
+        leases = await LeaseStore(self._kube).list(
+            namespace=self.namespace, label_selector=LEASE_SELECTOR
+        )
+        return max((parse_lease(obj).transitions for obj in leases), default=0)
 
     async def refresh(self) -> GroupState:
         """GET the record into the view (before a shard Lease is created: its first token
