@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -244,13 +245,8 @@ def leasecron_cli() -> list[str]:
 def install_the_readme_way(cluster: Cluster) -> None:
     """Steps 2 to 5 of the README's "From nothing to a running cluster", with the chart's
     default values (the image is already in the cluster under its default name)."""
-    cluster.helm(
-        "install", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--create-namespace",
-        "--wait", "--timeout", "3m",
-    )  # fmt: skip
-    cluster.kubectl(
-        "-n", RELEASE_NAMESPACE, "rollout", "status", f"deployment/{OPERATOR}", "--timeout=180s"
-    )
+    cluster.helm("install", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--create-namespace")
+    wait_operator_rollout(cluster)
     cluster.kubectl("create", "namespace", APP_NAMESPACE)
     validated = subprocess.run(
         [*leasecron_cli(), "validate", "-R", str(JOBS)], capture_output=True, text=True
@@ -264,6 +260,34 @@ def install_the_readme_way(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", str(APP))
     cluster.kubectl(
         "-n", APP_NAMESPACE, "rollout", "status", "deployment/example-app", "--timeout=180s"
+    )
+
+
+def wait_operator_rollout(cluster: Cluster) -> None:
+    """`kubectl rollout status` of the operator, failing at once, with the crashed
+    container's last lines, when an operator container restarts."""
+
+    def rolled_out() -> bool:
+        for pod in operator_pods(cluster):
+            if restarts(pod):
+                name = pod["metadata"]["name"]
+                previous = cluster.kubectl(
+                    "logs", "-n", RELEASE_NAMESPACE, name, "--previous", "--tail=30"
+                )
+                raise AssertionError(f"operator pod {name} restarted:\n{previous}")
+        deployment = get_json(cluster, "deployment", OPERATOR, "-n", RELEASE_NAMESPACE)
+        status = deployment.get("status") or {}
+        wanted = deployment["spec"]["replicas"]
+        return bool(
+            status.get("observedGeneration") == deployment["metadata"]["generation"]
+            and status.get("updatedReplicas") == wanted
+            and status.get("availableReplicas") == wanted
+            and not status.get("unavailableReplicas")
+        )
+
+    poll(rolled_out, timeout=180, what="the operator rolled out")
+    cluster.kubectl(
+        "-n", RELEASE_NAMESPACE, "rollout", "status", f"deployment/{OPERATOR}", "--timeout=60s"
     )
 
 
@@ -469,3 +493,185 @@ def takeover_on_kill(cluster: Cluster, kill: Any) -> dict[str, float]:
     late = (new.acquire - expiry).total_seconds()
     assert late <= last.duration, f"{job}: taken over {late:.1f} s after the grant expired"
     return {"takeover_s": new.at - started, "after_expiry_s": late}
+
+
+# --- 2 and 4: a rolling update and scaling while the jobs tick ------------------------------
+
+
+def assert_one_owner_at_a_time(log: RunLog, job: str) -> int:
+    """The single-owner job's terms, from the replicas' own lines (`term-started`,
+    `term-ended`): none starts before the previous one ended, tokens only rise. The number
+    of terms."""
+    terms: dict[tuple[str, int], list[float]] = {}
+    for event in log.runs(job):
+        key = (event["replica"], int(event["token"]))
+        if event["outcome"] == "term-started":
+            terms.setdefault(key, [event["ts"], float("inf")])[0] = event["ts"]
+        elif event["outcome"] == "term-ended" and key in terms:
+            terms[key][1] = event["ts"]
+    ordered = sorted(terms.items(), key=lambda item: item[1][0])
+    for (earlier, (_, end)), (later, (start, _)) in pairwise(ordered):
+        assert later[1] > earlier[1], f"{job}: token went from {earlier} to {later}"
+        assert start >= end, f"{job}: {later} started at {start} before {earlier} ended at {end}"
+    return len(ordered)
+
+
+def app_pod_names(cluster: Cluster) -> set[str]:
+    return {p["metadata"]["name"] for p in pods(cluster, APP_NAMESPACE, APP_SELECTOR)}
+
+
+def while_ticking(cluster: Cluster, log: RunLog, change: Any) -> dict[str, int]:
+    """Run `change()` (a rollout, a scaling) while the example's jobs tick; then every
+    once-per-tick tick in the window ran once or was alarmed, and the single-owner job never
+    had two owners. {job: ticks run} and the terms of the single-owner job."""
+    since = datetime.now(UTC)
+    change()
+    jobs = once_per_tick_jobs()
+    until = datetime.now(UTC) + max(schedule_step(j) for j in jobs) * 3
+    figures: dict[str, int] = {}
+    for job in jobs:
+        step = schedule_step(job)
+        first, last = tick_floor(since, step), tick_floor(until, step) - step
+        poll(
+            lambda job=job, last=last: any(t >= last for t in log.ticks(job)),
+            timeout=90,
+            what=f"{job} run up to {last}",
+        )
+        figures[job] = len(
+            assert_every_tick_ran_once_or_was_alarmed(cluster, log, job, since=first, until=last)
+        )
+    for spec in single_owner_jobs():
+        figures[spec["metadata"]["name"]] = assert_one_owner_at_a_time(
+            log, spec["metadata"]["name"]
+        )
+    return figures
+
+
+def rolling_update(cluster: Cluster, log: RunLog) -> dict[str, int]:
+    """Scenario 2: the app Deployment rolled with its own strategy (old and new pods side by
+    side) while the jobs tick."""
+    before = app_pod_names(cluster)
+
+    def roll() -> None:
+        cluster.kubectl("-n", APP_NAMESPACE, "rollout", "restart", "deployment/example-app")
+        cluster.kubectl(
+            "-n", APP_NAMESPACE, "rollout", "status", "deployment/example-app", "--timeout=240s"
+        )
+
+    figures = while_ticking(cluster, log, roll)
+    assert not before & app_pod_names(cluster), "every pod was replaced"
+    return figures
+
+
+def scale(cluster: Cluster, log: RunLog, replicas: int) -> None:
+    cluster.kubectl(
+        "-n", APP_NAMESPACE, "scale", "deployment/example-app", f"--replicas={replicas}"
+    )
+    cluster.kubectl(
+        "-n", APP_NAMESPACE, "rollout", "status", "deployment/example-app", "--timeout=240s"
+    )
+    poll(
+        lambda: len(app_pod_names(cluster)) == replicas,
+        timeout=120,
+        what=f"{replicas} app pods (the others gone)",
+    )
+
+
+def scaling(cluster: Cluster, log: RunLog) -> dict[str, int]:
+    """Scenario 4: 3 -> 1 -> 5 replicas while ticking; then a new replica runs work."""
+    wanted = int(
+        get_json(cluster, "deployment", "example-app", "-n", APP_NAMESPACE)["spec"]["replicas"]
+    )
+    figures = while_ticking(cluster, log, lambda: scale(cluster, log, 1))
+    old = app_pod_names(cluster)
+    figures.update(while_ticking(cluster, log, lambda: scale(cluster, log, 5)))
+    new = app_pod_names(cluster) - old
+    poll(
+        lambda: {e["pod"] for e in log.lines if e.get("event") == "run"} & new,
+        timeout=60,
+        what=f"one of the new replicas {sorted(new)} running a job",
+    )
+    scale(cluster, log, wanted)
+    return figures
+
+
+# --- 5: the operator ------------------------------------------------------------------------
+
+
+def false_missed_runs(cluster: Cluster, log: RunLog) -> list[str]:
+    """Ticks recorded Missed that a replica did run."""
+    found = []
+    for record in jobruns(cluster):
+        if (record.get("status") or {}).get("outcome") != "Missed":
+            continue
+        job, tick = record["spec"]["job"], parse_time(record["spec"]["tick"])
+        if tick in log.ticks(job):
+            found.append(f"{job} {tick.isoformat()}")
+    return found
+
+
+def operator_handover(cluster: Cluster, log: RunLog) -> dict[str, float]:
+    """The leading operator's pod deleted, then `helm upgrade` rolling the operator: another
+    replica leads each time and no tick that ran is recorded Missed."""
+    leader = assert_one_operator_leads_without_restarts(cluster)
+    started = time.time()
+    cluster.kubectl("delete", "pod", "-n", RELEASE_NAMESPACE, leader, "--wait=false")
+    poll(
+        lambda: (h := election_holder(cluster)) and not h.startswith(leader),
+        timeout=60,
+        what=f"another operator than {leader} leading",
+    )
+    deleted = time.time() - started
+    started = time.time()
+    cluster.helm(
+        "upgrade", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--reuse-values",
+        "--set-string", f"podAnnotations.leasecron\\.dev/rolled={int(started)}",
+    )  # fmt: skip
+    wait_operator_rollout(cluster)
+    assert_one_operator_leads_without_restarts(cluster)
+    upgraded = time.time() - started
+    # Ticks after the last change are judged too: give the new leader a few of them.
+    for job in once_per_tick_jobs():
+        last = tick_floor(datetime.now(UTC), schedule_step(job)) + 3 * schedule_step(job)
+        poll(
+            lambda job=job, last=last: any(t >= last for t in log.ticks(job)),
+            timeout=60,
+            what=f"{job} run up to {last}",
+        )
+    assert not false_missed_runs(cluster, log)
+    return {"leader_deleted_s": deleted, "helm_upgrade_s": upgraded}
+
+
+SCRAPE = """
+import json, sys, urllib.request
+out = {}
+for url in sys.argv[1:]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        out[url] = [r.status, r.read().decode()]
+print(json.dumps(out))
+"""
+
+
+def scrape_from_inside(cluster: Cluster) -> dict[str, int]:
+    """The operator's probes (/healthz, /readyz on each pod) and its metrics Service, fetched
+    from an app pod, as Prometheus and the kubelet reach them."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["operator"]
+    service = get_json(cluster, "service", OPERATOR, "-n", RELEASE_NAMESPACE)
+    (port,) = [p["port"] for p in service["spec"]["ports"] if p["port"] == values["metricsPort"]]
+    urls = [f"http://{service['spec']['clusterIP']}:{port}/metrics"]
+    for pod in operator_pods(cluster):
+        ip = pod["status"]["podIP"]
+        urls += [
+            f"http://{ip}:{values['healthPort']}/healthz",
+            f"http://{ip}:{values['healthPort']}/readyz",
+        ]
+    (app,) = sorted(app_pod_names(cluster))[:1]
+    got = json.loads(
+        cluster.kubectl("exec", "-n", APP_NAMESPACE, app, "--", "python", "-c", SCRAPE, *urls)
+    )
+    statuses = {url: status for url, (status, _) in got.items()}
+    metrics = got[urls[0]][1]
+    assert "leasecron_" in metrics, metrics[:500]
+    # one of the replicas is ready (the leader); each answers its liveness probe
+    assert all(s == 200 for u, s in statuses.items() if u.endswith("/healthz")), statuses
+    return statuses

@@ -90,6 +90,22 @@ def test_two_jobs_deleted_together_keep_their_floors_and_continue_above_their_to
     print(f"tokens (last before deletion, first after): {tokens}")
 
 
+def test_a_rolling_update_of_the_app_runs_no_tick_twice_and_never_two_owners(
+    node: NodeCluster, installed: scenarios.RunLog
+) -> None:
+    started = time.monotonic()
+    figures = scenarios.rolling_update(node, installed)
+    print(f"rolling update: {figures} in {time.monotonic() - started:.1f} s")
+
+
+def test_scaling_the_app_3_1_5_runs_no_tick_twice_and_the_new_replicas_take_work(
+    node: NodeCluster, installed: scenarios.RunLog
+) -> None:
+    started = time.monotonic()
+    figures = scenarios.scaling(node, installed)
+    print(f"scaling 3 -> 1 -> 5: {figures} in {time.monotonic() - started:.1f} s")
+
+
 def test_a_deleted_holder_pod_hands_its_job_over_before_its_grant_ends(
     node: NodeCluster, installed: scenarios.RunLog
 ) -> None:
@@ -102,3 +118,17 @@ def test_a_killed_holder_is_taken_over_once_its_grant_expired(
 ) -> None:
     figures = scenarios.takeover_on_kill(node, node.kill_container)
     print(f"takeover after SIGKILL: {figures}")
+
+
+def test_the_operator_survives_its_leader_deleted_and_a_helm_upgrade_without_false_alarms(
+    node: NodeCluster, installed: scenarios.RunLog
+) -> None:
+    figures = scenarios.operator_handover(node, installed)
+    print(f"operator: {figures}")
+
+
+def test_the_operator_probes_and_metrics_service_answer_from_inside_the_cluster(
+    node: NodeCluster, installed: scenarios.RunLog
+) -> None:
+    statuses = scenarios.scrape_from_inside(node)
+    print(f"scraped from an app pod: {statuses}")
