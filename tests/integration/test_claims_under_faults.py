@@ -17,9 +17,12 @@ from prometheus_client import REGISTRY
 
 from leasecron import JobContext, Scheduler
 from leasecron.coordination import Elector, lease_informer
+from leasecron.coordination.shards import shard_labels
 from leasecron.kube.clients import Kube
 from leasecron.models.configs import ElectionConfig
-from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, job_lease_name, jobrun_name
+from leasecron.models.groups import shard_ref
+from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, jobrun_name
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests, poll
 from leasecron.testing.faults import Fault, fault_plan
@@ -40,6 +43,11 @@ def _scheduler(kube: Kube, namespace: str, name: str, handler: CapturingHandler)
     scheduler = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5)
     scheduler.register(name, handler)
     return scheduler
+
+
+def _shard_lease(job: str) -> str:
+    """The shard Lease that claims `job`'s ticks (a new group records DEFAULT_SHARDS)."""
+    return shard_ref("default", job, shards=DEFAULT_SHARDS).lease
 
 
 def _jobruns(kube_api: ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
@@ -71,8 +79,8 @@ def _unaccounted(
 def test_a_claim_whose_reply_is_lost_still_runs_its_tick_and_the_job_goes_on(
     kube: Kube, kube_api: ApiClient, namespace: str, read_back: str
 ) -> None:
-    lease = job_lease_name("lost-reply")
-    # The first claim creates the job's Lease; its reply is lost, the write lands.
+    lease = _shard_lease("lost-reply")
+    # The first claim creates the job's shard Lease; its reply is lost, the write lands.
     fault_plan(kube).add(
         Fault(verb="create", resource="leases", name=lease, action="lose_reply", times=1)
     )
@@ -111,13 +119,13 @@ def test_one_failed_request_is_not_an_outage_for_run_locally(
     try:
         assert handler.wait_calls(2)
         # Half-way between two ticks the last run was released and the next claim is the
-        # next write of the job's Lease: that claim is the one request that fails.
+        # next write of the job's shard Lease: that claim is the one request that fails.
         time.sleep(1.5 - datetime.now().microsecond / 1e6 % 1.0)
         rule = fault_plan(kube).add(
             Fault(
                 verb="update",
                 resource="leases",
-                name=job_lease_name("flaky"),
+                name=_shard_lease("flaky"),
                 action="status",
                 status=503,
                 times=1,
@@ -143,8 +151,11 @@ def test_run_locally_never_runs_a_tick_while_another_replica_holds_the_job(
         namespace,
         {
             "metadata": {
-                "name": job_lease_name("held"),
-                "labels": {"leasecron.dev/role": "job", "leasecron.dev/job": "held"},
+                "name": _shard_lease("held"),
+                "labels": {
+                    "leasecron.dev/role": "shard",
+                    **shard_labels("default", shard_ref("default", "held", shards=16).shard),
+                },
             },
             "spec": {
                 "holderIdentity": "another-replica",
@@ -157,7 +168,9 @@ def test_run_locally_never_runs_a_tick_while_another_replica_holds_the_job(
     )
     fault_plan(kube).add(Fault(verb="watch", resource="leases", action="fail"))
     apply_manifests(
-        kube_api, [scheduled_job("held", onStoreUnavailable="RunLocally")], namespace=namespace
+        kube_api,
+        [scheduled_job("held", onStoreUnavailable="RunLocally", startingDeadline="2s")],
+        namespace=namespace,
     )
     handler = CapturingHandler()
     scheduler = _scheduler(kube, namespace, "held", handler)
@@ -177,7 +190,7 @@ def test_run_locally_never_runs_a_tick_while_another_replica_holds_the_job(
 def test_run_locally_does_not_run_a_tick_whose_run_is_already_on_record(
     kube: Kube, kube_api: ApiClient, namespace: str
 ) -> None:
-    """The job's Lease cannot be written (claims fail, the store is "out of reach" for them)
+    """The job's shard Lease cannot be written (claims fail, the store is "out of reach" for them)
     and every other tick already has its JobRun: an AlreadyExists says someone ran it, so
     the handler must not run those; the ticks without a record run unguarded."""
     apply_manifests(
@@ -200,7 +213,7 @@ def test_run_locally_does_not_run_a_tick_whose_run_is_already_on_record(
                 "status": {"outcome": "Succeeded"},
             },
         )
-    lease = job_lease_name("recorded")
+    lease = _shard_lease("recorded")
     for verb in ("create", "update"):
         fault_plan(kube).add(
             Fault(verb=verb, resource="leases", name=lease, action="status", status=503)

@@ -67,6 +67,8 @@ _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
 _RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN)
 """Skips after which a shard instant is claimed again (until its latest startingDeadline)."""
+SKIP_BETTER_PLACED = "better_placed"
+"""Another live replica registered every handler due at the instant: it claims it."""
 _UNGUARDED_MEMORY = 1000
 """Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
 
@@ -371,9 +373,15 @@ class ShardTicks:
                 local = [e for e in due if _runs_locally(e.job)]
                 runs = [self._run_unguarded(e, instant) for e in local]
                 rest = [e for e in due if not _runs_locally(e.job)]
-                claim = self._claim(lock, ref, instant, rest, catch_up, local=False)
-                outcomes = await asyncio.gather(claim, *runs)
-                result, due = outcomes[0], rest
+                claim = asyncio.ensure_future(
+                    self._claim(lock, ref, instant, rest, catch_up, local=False)
+                )
+                await asyncio.gather(claim, *runs)
+                result, due = claim.result(), rest
+            if isinstance(result, Skipped):
+                for entry in due:  # skips by reason, per job as well as per shard Lease
+                    self._services.skip(entry.job, result.reason, tick=instant)
+                return
             if not isinstance(result, Grant):
                 return
             await self._hold_and_run(lock, ref, result, due, catch_up, settled=settled)
@@ -392,15 +400,15 @@ class ShardTicks:
         catch_up: dict[str, bool],
         *,
         local: bool,
-    ) -> Grant | _Outage | None:
+    ) -> Grant | _Outage | Skipped:
         """One claim after the rendezvous stagger among the live members that registered the
         handlers of every job due (none while we hold the shard), again after a live grant
         ends or while the store cannot be reached, until the latest startingDeadline of the
-        jobs due. None without a claim, also when another replica is better placed (it has
-        handlers we lack). `_Outage` (with `local`) when the RunLocally jobs due may run
-        unguarded."""
+        jobs due (for a catch-up instant: that long from now). Skipped without a claim, also
+        when another replica is better placed (it has handlers we lack). `_Outage` (with
+        `local`) when the RunLocally jobs due may run unguarded."""
         if not due:
-            return None
+            return Skipped("nothing_due")
         services = self._services
         clock, tuning = services.clock, services.tuning
         try:
@@ -412,12 +420,13 @@ class ShardTicks:
         if able and services.identity not in able:
             # Another live replica registered every handler due: it claims the instant,
             # so that no job of the shard goes without a run.
-            return None
+            return Skipped(SKIP_BETTER_PLACED)
         key = shard_key(services.group, ref.lease, instant)
         rank = rendezvous_rank(key, services.identity, able or services.membership.members())
         deadline = max(e.job.spec.starting_deadline for e in due)
         catching = any(catch_up.get(e.job.name, False) for e in due)
         claim_deadline = None if catching else deadline
+        give_up = (clock.now() if catching else instant) + deadline
         local_jobs = [e.job for e in due if _runs_locally(e.job)] if local else []
         window = min(
             [tuning.unguarded_after]
@@ -428,7 +437,7 @@ class ShardTicks:
         stagger = 0.0 if lock.holding() else rank * tuning.claim_step
         result = await lock.try_claim(instant, stagger=stagger, starting_deadline=claim_deadline)
         while isinstance(result, Skipped) and result.reason in _RETRIED:
-            left = (instant + deadline - clock.now()).total_seconds()
+            left = (give_up - clock.now()).total_seconds()
             if result.unreachable:
                 outage_since = clock.monotonic() if outage_since is None else outage_since
                 out_for = clock.monotonic() - outage_since
@@ -436,13 +445,13 @@ class ShardTicks:
                     return _Outage()
             else:
                 outage_since = None
-            if not catching and left <= pause:
-                return None
+            if left <= pause:
+                return result
             if result.reason == SKIP_LIVE_GRANT:
                 # The holder of the previous instant takes this one too, normally; if it
                 # cannot (it died, or lost a race), the shard is free or expires first.
-                if not await lock.wait_claimable(instant, timeout=max(left, pause)):
-                    return None
+                if not await lock.wait_claimable(instant, timeout=left):
+                    return result
             else:
                 wait = pause
                 if local_jobs and outage_since is not None:
@@ -453,7 +462,7 @@ class ShardTicks:
             result = await lock.try_claim(
                 instant, stagger=stagger, starting_deadline=claim_deadline
             )
-        return result if isinstance(result, Grant) else None
+        return result
 
     async def _adopt(self, ref: ShardRef, grant: Grant) -> None:
         """A claim of ours whose reply was lost turned out to have landed: run the jobs of its
