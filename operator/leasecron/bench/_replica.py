@@ -13,7 +13,8 @@ The protocol with the parent (`_processes.ReplicaGroup`), one JSON object per li
   replica to finish and exit.
 Logs go to stderr. Uses $KUBECONFIG. With $LEASECRON_BENCH_PROFILE set to a directory, the
 replica runs under cProfile and writes `<identity>.prof` there; $LEASECRON_BENCH_LOG_LEVEL sets its
-log level (default warning).
+log level (default warning); with $LEASECRON_BENCH_TRACE set to a file path, a runtime replica
+times every request it sends and the parent writes them there as JSON lines.
 """
 
 from __future__ import annotations

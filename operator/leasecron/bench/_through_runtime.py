@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -65,11 +66,18 @@ class ClaimWrites:
     def __init__(self, kube: Kube) -> None:
         self._request = kube.request
         self.by_instant: dict[float, list[tuple[float, float]]] = {}
+        self.trace: list[tuple[str, str, float, float]] | None = (
+            [] if os.environ.get("LEASECRON_BENCH_TRACE") else None
+        )
         setattr(kube, "request", self._timed)  # noqa: B010  # mypy refuses assigning a method
 
     async def _timed(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         sent = time.time()
-        answer = await self._request(method, path, **kwargs)
+        try:
+            answer = await self._request(method, path, **kwargs)
+        finally:
+            if self.trace is not None:
+                self.trace.append((method, path.rsplit("/", 2)[-2:][-1], sent, time.time()))
         if (
             method in ("PUT", "POST")
             and "/leases" in path
@@ -161,11 +169,13 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         await _until(lambda: len(scheduler.jobs) >= expected, timeout=None)
         epoch = float(command["epoch"])
         io.emit(event="synced", t=time.time())
-        await _measure(args, io, kube, epoch)
+        await _measure(args, io, kube, epoch, claims)
     await kube.close()
 
 
-async def _measure(args: argparse.Namespace, io: ReplicaIO, kube: Kube, epoch: float) -> None:
+async def _measure(
+    args: argparse.Namespace, io: ReplicaIO, kube: Kube, epoch: float, claims: ClaimWrites
+) -> None:
     await asyncio.sleep(max(0.0, epoch - time.time()))
     writes, requests, cpu = kube.write_count, kube.request_count, _cpu_seconds()
     by_resource = writes_by_resource()
@@ -176,6 +186,8 @@ async def _measure(args: argparse.Namespace, io: ReplicaIO, kube: Kube, epoch: f
     await _until(lambda: _backlog() <= 0, timeout=_RECORDS_WAIT_S)
     watcher.cancel()
     after = writes_by_resource()
+    if claims.trace is not None:  # $LEASECRON_BENCH_TRACE: every request, for a closer look
+        io.emit(event="trace", requests=claims.trace)
     io.emit(
         event="done",
         records_idle_at=watch.idle_at if watch.pending_seen else None,

@@ -16,7 +16,9 @@ written, the JobRuns found afterwards by outcome, replica RSS and CPU.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -145,10 +147,25 @@ def measure_ticks(
     budget = ticks * PERIOD_S + STARTING_DEADLINE_S + 120.0 + jobs * 0.05
     done = _collect(run, replicas=replicas, expected=jobs * ticks, budget=budget)
     grants = [m for m in run.group.history if m.event == "grant"]
+    _write_trace(run, epoch)
     jobruns: dict[str, int] = {}
     if run.through == "runtime":
         jobruns = _runtime_ticks.count_jobruns(run.kubeconfig, run.namespace)
     return TickResults(grants=grants, done=done, epoch=epoch, jobruns=jobruns)
+
+
+def _write_trace(run: BenchRun, epoch: float) -> None:
+    """With $LEASECRON_BENCH_TRACE (a file path), every request of every replica through the
+    runtime, as JSON lines (replica, method, resource, sent and answered after tick 0)."""
+    path = os.environ.get("LEASECRON_BENCH_TRACE")
+    if not path:
+        return
+    with open(path, "w", encoding="utf-8") as out:
+        for m in (m for m in run.group.history if m.event == "trace"):
+            for method, resource, sent, answered in m.data["requests"]:
+                row = [m.replica, method, resource, sent - epoch, answered - epoch]
+                out.write(json.dumps(row) + "\n")
+    run.progress(f"request trace written to {path}")
 
 
 def _collect(run: BenchRun, *, replicas: int, expected: int, budget: float) -> list[Message]:
