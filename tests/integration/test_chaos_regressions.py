@@ -3,7 +3,7 @@ the real API server with request-level faults, and the operator running as a pro
 
 Found by `leasecron bench chaos --minutes 1 --replicas 3 --seed 1`: during an etcd restart a
 replica's claim of tick T was held by the API server until etcd came back; it landed after the
-grant's time bound had passed, so the replica freed it without running T. The Lease's tick
+grant's time bound had passed, so the replica freed it without running T. The shard Lease's tick
 annotation says T was claimed, so the operator counts T as claimed and no `Missed` JobRun is
 ever written: a tick that never ran, without an alarm. Here a delayed claim write stands in
 for the API server waiting on etcd.
@@ -22,17 +22,20 @@ from operator_helpers import StartOperator, poll
 
 from leasecron import Scheduler
 from leasecron.kube.clients import Kube
-from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, job_lease_name, jobrun_name
+from leasecron.models.groups import shard_ref
+from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, jobrun_name
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
 from leasecron.testing.faults import Fault, fault_plan
 from leasecron.testing.handlers import CapturingHandler, scheduled_job
 
 pytestmark = pytest.mark.integration
-FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
 JOB = "late-claim"
 EVERY = 2.0
 AT_MOST_FOR = 2.0
+"""The shard grant's leaseDuration here: how long a claim's grant lasts unless renewed."""
+FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=int(AT_MOST_FOR))
 
 
 def _kube(kubeconfig: Path) -> Kube:
@@ -51,7 +54,7 @@ def _outcomes(kube_api: ApiClient, namespace: str) -> dict[str, str]:
 
 def _between_ticks() -> None:
     """Sleep to half-way between two ticks: the last run was released, and the next write of
-    the job's Lease is the next tick's claim."""
+    the job's shard Lease is the next tick's claim."""
     phase = time.time() % EVERY
     time.sleep((EVERY / 2 - phase) % EVERY)
 
@@ -71,7 +74,7 @@ def test_a_tick_whose_claim_lands_after_its_grant_expired_is_recorded_missed(
         history={"succeeded": 100, "failed": 100},
     )
     apply_manifests(kube_api, [job], namespace=namespace)
-    lease = job_lease_name(JOB)
+    lease = shard_ref("default", JOB, shards=DEFAULT_SHARDS).lease
     kube_a, kube_b = _kube(kubeconfig), _kube(kubeconfig)
     ran_a, ran_b = CapturingHandler(), CapturingHandler()
     replica_a = Scheduler(namespace=namespace, kube=kube_a, tuning=FAST, identity="replica-a")
