@@ -29,7 +29,9 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import SystemClock
 from leasecron.models.configs import ElectionConfig, LockConfig
+from leasecron.models.groups import shard_ref
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, job_lease_name
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
 from leasecron.testing.handlers import CapturingHandler, scheduled_job
@@ -145,15 +147,12 @@ def _delete_jobruns(kube_api: ApiClient, namespace: str) -> None:
         )
 
 
-def test_a_new_group_leader_with_a_clock_behind_never_runs_a_tick_the_old_leader_ran(
+def test_a_replica_with_a_clock_behind_never_runs_a_tick_an_earlier_replica_ran(
     kube: Kube, kube_api: ApiClient, namespace: str
 ) -> None:
-    job = scheduled_job(
-        "leader-job",
-        coordination="Leader",
-        election={"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"},
-        history={"succeeded": 0, "failed": 0},
-    )
+    """The shard Lease's recorded instant (its high-water mark), not any run record, stops a
+    replica whose clock runs late from running a tick again."""
+    job = scheduled_job("leader-job", history={"succeeded": 0, "failed": 0})
     apply_manifests(kube_api, [job], namespace=namespace)
     first = CapturingHandler()
     old = Scheduler(namespace=namespace, kube=kube, tuning=FAST, grace_period=5)
@@ -180,7 +179,7 @@ def test_a_new_group_leader_with_a_clock_behind_never_runs_a_tick_the_old_leader
     assert min(again) > max(ran)
 
 
-def test_fencing_tokens_never_go_backwards_when_the_job_lease_is_deleted(
+def test_fencing_tokens_never_go_backwards_when_the_shard_lease_is_deleted(
     kube: Kube, kube_api: ApiClient, namespace: str
 ) -> None:
     apply_manifests(kube_api, [scheduled_job("tokens")], namespace=namespace)
@@ -191,7 +190,8 @@ def test_fencing_tokens_never_go_backwards_when_the_job_lease_is_deleted(
     try:
         assert handler.wait_calls(3)
         before = max(_tokens(handler.contexts))
-        CoordinationV1Api(kube_api).delete_namespaced_lease(job_lease_name("tokens"), namespace)
+        shard = shard_ref("default", "tokens", shards=DEFAULT_SHARDS).lease
+        CoordinationV1Api(kube_api).delete_namespaced_lease(shard, namespace)
         deleted_at = handler.calls
         assert handler.wait_calls(deleted_at + 3)
     finally:
