@@ -16,15 +16,6 @@ class Bucket(StrEnum):
     SINGLE_OWNER = "single-owner"
 
 
-class Coordination(StrEnum):
-    """The values of the removed `spec.coordination` (refused by validation: one claim
-    engine serves every once-per-tick job). No spec carries it; kept only while code that
-    predates the one engine still imports it."""
-
-    LOCK = "Lock"
-    LEADER = "Leader"
-
-
 class CatchUpPolicy(StrEnum):
     """What runs for ticks missed while no replica could run them."""
 

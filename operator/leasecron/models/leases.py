@@ -13,7 +13,6 @@ talk to the API server.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from leasecron.models.names import ANNOTATION_TICK, ANNOTATION_TICKS, format_tick, parse_tick
+from leasecron.models.names import ANNOTATION_TICK, format_tick, parse_tick
 
 API_VERSION = "coordination.k8s.io/v1"
 KIND = "Lease"
@@ -275,24 +274,6 @@ def lease_annotations(obj: object) -> Mapping[str, object]:
     return annotations if isinstance(annotations, Mapping) else {}
 
 
-def tick_marks(obj: object) -> dict[str, datetime]:
-    """The per-job tick high-water marks on a group leader Lease (annotation
-    `leasecron.dev/ticks`); entries that do not parse are left out, never raised."""
-    metadata = _mapping(obj.get("metadata")) if isinstance(obj, Mapping) else {}
-    text = _mapping(metadata.get("annotations")).get(ANNOTATION_TICKS)
-    try:
-        raw = json.loads(text) if isinstance(text, str) else {}
-    except ValueError:
-        return {}
-    marks: dict[str, datetime] = {}
-    for job, value in raw.items() if isinstance(raw, dict) else ():
-        try:
-            marks[str(job)] = parse_tick(str(value))
-        except ValueError:
-            continue
-    return marks
-
-
 def with_annotations(obj: Mapping[str, Any], changes: Mapping[str, str | None]) -> dict[str, Any]:
     """A copy of the raw object `obj` with annotations set (or removed, for None)."""
     result = copy.deepcopy(dict(obj))
@@ -305,9 +286,3 @@ def with_annotations(obj: Mapping[str, Any], changes: Mapping[str, str | None]) 
             annotations[key] = value
     metadata["annotations"] = annotations
     return result
-
-
-def with_tick_marks(obj: Mapping[str, Any], marks: Mapping[str, datetime]) -> dict[str, Any]:
-    """A copy of the Lease `obj` whose tick high-water marks are `marks`."""
-    encoded = {job: format_tick(tick) for job, tick in sorted(marks.items())}
-    return with_annotations(obj, {ANNOTATION_TICKS: json.dumps(encoded, separators=(",", ":"))})

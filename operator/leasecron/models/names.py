@@ -20,7 +20,6 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "leasecron"
 
 ANNOTATION_TICK = "leasecron.dev/tick"  # RFC 3339 UTC of the highest tick claimed on a job Lease
-ANNOTATION_TICKS = "leasecron.dev/ticks"  # JSON {job: RFC 3339 tick}: Leader jobs' high-water marks
 ANNOTATION_HANDLERS = "leasecron.dev/handlers"  # JSON list of handler names, on member Leases
 ANNOTATION_INCARNATION = "leasecron.dev/incarnation"  # random per process, on member Leases
 ANNOTATION_BUCKET = "leasecron.dev/bucket"

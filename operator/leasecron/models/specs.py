@@ -34,7 +34,6 @@ from leasecron.models._enums import (
     CatchUpPolicy,
     ConditionStatus,
     ConditionType,
-    Coordination,
     Outcome,
     StoreUnavailablePolicy,
 )
@@ -61,7 +60,6 @@ __all__ = [
     "Condition",
     "ConditionStatus",
     "ConditionType",
-    "Coordination",
     "ElectionSpec",
     "FieldProblem",
     "HistorySpec",
