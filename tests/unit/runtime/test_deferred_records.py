@@ -15,7 +15,7 @@ from test_records import FakeJobRuns
 from leasecron.kube.errors import Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import FakeClock
-from leasecron.models.specs import Outcome, validate_resource
+from leasecron.models.specs import JobRun, Outcome, validate_resource
 from leasecron.runtime import _deferred
 from leasecron.runtime._records import Recorder
 from leasecron.testing.handlers import scheduled_job
@@ -51,6 +51,20 @@ class CountingJobRuns(FakeJobRuns):
     ) -> dict[str, Any]:
         self._write(f"patch {patch['status']['outcome']}")
         return await super().patch_status(namespace=namespace, name=name, patch=patch)
+
+
+def operator_missed(job: str) -> dict[str, Any]:
+    """The `Missed` record the operator writes for TICK of `job`."""
+    run = JobRun.for_tick(
+        job=job,
+        tick=TICK,
+        holder="operator",
+        start=None,
+        namespace="ns",
+        outcome=Outcome.MISSED,
+        message="late",
+    )
+    return run.to_resource(job_uid=None)
 
 
 def recorder(store: FakeJobRuns) -> Recorder:
@@ -117,7 +131,7 @@ def test_a_late_record_takes_over_the_missed_one_the_operator_wrote() -> None:
 
     async def scenario() -> None:
         rec = recorder(store)
-        await rec.record_missed(JOB, [TICK], holder="operator", token=None, reason="late")
+        await store.create(namespace="ns", body=operator_missed(JOB.name))
         run = rec.deferred.start(JOB, tick=TICK, holder="a", token=3, now=TICK)
         assert run is not None
         rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)

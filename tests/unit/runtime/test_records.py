@@ -19,6 +19,20 @@ from leasecron.testing.handlers import scheduled_job
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
 
+def operator_missed(job: str) -> dict[str, Any]:
+    """The `Missed` record the operator writes for TICK of `job`."""
+    run = JobRun.for_tick(
+        job=job,
+        tick=TICK,
+        holder="operator",
+        start=None,
+        namespace="ns",
+        outcome=Outcome.MISSED,
+        message="late",
+    )
+    return run.to_resource(job_uid=None)
+
+
 def end(
     *, error: BaseException | None = None, interrupted: bool = False, abandoned: bool = False
 ) -> HandlerEnd:
@@ -117,7 +131,7 @@ def test_a_missed_record_of_a_held_tick_is_taken_over_by_its_run() -> None:
     rec = recorder(store)
 
     async def scenario() -> None:
-        await rec.record_missed(job, [TICK], holder="operator", token=None, reason="late")
+        await store.create(namespace="ns", body=operator_missed(job.name))
         await rec.start_tick(job, tick=TICK, holder="pod-a", token=4)
 
     asyncio.run(scenario())
@@ -186,7 +200,7 @@ def test_records_kept_for_later_are_written_once_the_store_answers() -> None:
     ).finish(outcome=Outcome.UNGUARDED, end=TICK)
 
     async def scenario() -> bool:
-        await rec.record_missed(job, [TICK], holder="operator", token=None, reason="late")
+        await store.create(namespace="ns", body=operator_missed(job.name))
         rec.record_later(done, job_uid=None)
         return await rec.flush(timeout=5)
 
