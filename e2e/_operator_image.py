@@ -62,6 +62,8 @@ def operator_image() -> OperatorImage | str:
         if not engine.image_exists(given):
             return f"{IMAGE_ENV}={given}: no such image in {engine.name}"
         return OperatorImage(engine=engine, reference=given)
+    inspected = engine.run("image", "inspect", "--format", "{{.Id}}", DEFAULT_TAG, check=False)
+    previous = inspected.stdout.strip() if inspected.returncode == 0 else ""
     completed = subprocess.run(
         ["bash", str(ROOT / "e2e" / "containers" / "build-image.sh"), DEFAULT_TAG],
         capture_output=True,
@@ -71,4 +73,8 @@ def operator_image() -> OperatorImage | str:
     )
     if completed.returncode != 0:
         raise AssertionError(f"make image failed:\n{completed.stderr[-4000:]}")
-    return OperatorImage(engine=engine, reference=DEFAULT_TAG)
+    built = OperatorImage(engine=engine, reference=DEFAULT_TAG)
+    current = engine.run("image", "inspect", "--format", "{{.Id}}", DEFAULT_TAG).stdout.strip()
+    if previous and previous != current:  # the image of an earlier commit, now untagged
+        engine.run("rmi", previous, check=False)
+    return built

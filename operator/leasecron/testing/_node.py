@@ -414,7 +414,16 @@ class NodeCluster(ClusterAccess):
         except Exception:
             return False
         conditions = (node.status.conditions if node.status else None) or []
-        return any(c.type == "Ready" and c.status == "True" for c in conditions)
+        if not any(c.type == "Ready" and c.status == "True" for c in conditions):
+            return False
+        try:  # pods can be created: the default ServiceAccount is there
+            with self.api_client() as api:
+                client.CoreV1Api(api).read_namespaced_service_account(
+                    "default", "default", _request_timeout=2
+                )
+        except Exception:
+            return False
+        return True
 
     def _config(
         self, pki: _node_pki.NodePki, state: Path, logs: Path, conf: Path, fd: int
