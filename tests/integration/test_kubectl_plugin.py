@@ -14,6 +14,8 @@ from click.testing import CliRunner, Result
 
 from leasecron.cli import kubectl_plugin
 from leasecron.cli._status import NO_OPERATOR
+from leasecron.models.groups import shard_ref
+from leasecron.models.shards import DEFAULT_SHARDS
 
 pytestmark = pytest.mark.integration
 
@@ -35,16 +37,18 @@ def test_status_without_an_operator_reads_the_lease_and_jobruns_and_says_so(
     assert NO_OPERATOR in result.stderr
 
 
-def test_leases_show_the_holder_token_and_tick_of_the_job_lease(
+def test_leases_show_the_token_and_tick_of_the_shard_lease_and_the_group_record(
     kubeconfig: Path, namespace: str, one_run: str
 ) -> None:
     result = plugin("leases", "--kubeconfig", str(kubeconfig), "-n", namespace)
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.stdout.splitlines()[1:]]
-    job_rows = [r for r in rows if r[1] == "job"]
-    assert len(job_rows) == 1
-    _name, _role, job, _holder, token, *_, tick = job_rows[0]
-    assert (job, token, tick) == (one_run, "1", "2026-03-01T02:00:00Z")
+    assert not [r for r in rows if r[1] == "job"]  # a once-per-tick job has no Lease of its own
+    [shard] = [r for r in rows if r[1] == "shard"]
+    name, _role, group, _holder, token, *_, tick = shard
+    assert name == shard_ref("default", one_run, shards=DEFAULT_SHARDS).lease
+    assert (group, token, tick) == ("default", "1", "2026-03-01T02:00:00Z")
+    assert [r[0] for r in rows if r[1] == "group"] == ["leasecron-group-default"]
 
 
 def test_runs_lists_the_jobs_runs_as_a_table_json_and_yaml(
