@@ -91,7 +91,8 @@ def test_deleting_a_job_removes_its_lease_and_jobruns(
     namespace: str,
     start_operator: StartOperator,
 ) -> None:
-    job = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
+    """A single-owner job (the bucket whose jobs have a Lease of their own)."""
+    job = apply_job(kube_api, namespace, "report", bucket="single-owner", schedule=None)
     tick = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     create_runs(kube_api, namespace, [finished_run(job, tick, Outcome.SUCCEEDED)])
     with start_operator():

@@ -98,12 +98,12 @@ def test_a_job_is_ready_only_while_a_live_replica_registered_its_handler(
             assert get_job(kube_api, namespace, "report")["status"]["replicas"] == 1
 
 
-def test_a_coordinated_job_gets_an_owned_labelled_lease_and_only_its_status_is_written(
+def test_a_single_owner_job_gets_an_owned_labelled_lease_and_only_its_status_is_written(
     kube_api: ApiClient,
     namespace: str,
     start_operator: StartOperator,
 ) -> None:
-    created = apply_job(kube_api, namespace, "report", schedule="0 2 * * *")
+    created = apply_job(kube_api, namespace, "report", bucket="single-owner", schedule=None)
     with start_operator():
 
         def job_lease() -> object:
@@ -145,9 +145,8 @@ def test_a_sharded_job_shows_the_holder_of_its_shard_lease_while_it_runs(
     start_operator: StartOperator,
     start_replica: StartReplica,
 ) -> None:
-    """A short job is claimed through a shard Lease (its own Lease is not held while the shard
-    holder runs it): HOLDER is
-    the holder of the shard Lease its own Lease names."""
+    """A once-per-tick job is claimed through its group's shard Lease and has no Lease of its
+    own: HOLDER is the holder of its shard Lease while a grant is live."""
     apply_job(
         kube_api,
         namespace,
@@ -171,4 +170,4 @@ def test_a_sharded_job_shows_the_holder_of_its_shard_lease_while_it_runs(
             for lease in leases(kube_api, namespace)
             if lease.metadata.name == "leasecron-job-short"
         ]
-        assert own and not own[0].spec.holder_identity
+        assert not own
