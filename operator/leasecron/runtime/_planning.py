@@ -146,8 +146,8 @@ def plan_overtaken(
     if not bounds:
         return None
     lower = max(bounds)
-    if lower >= instant:
-        return None
+    if lower >= instant or schedule.next_after(lower) >= instant:
+        return None  # the usual case, in one tick computation
     catching = {CatchUpPolicy.ALL: max(0, max_ticks), CatchUpPolicy.LATEST: 1}.get(catch_up, 0)
     window = catching + max(0, record_limit)
     between = schedule.ticks_between(lower, instant - _EPSILON, limit=window + 1, newest=True)

@@ -82,6 +82,8 @@ class _Entry:
     running: tuple[asyncio.Task[None], RunControl] | None = None
     stopped: bool = field(default=False)
     unguarded: OrderedDict[datetime, None] = field(default_factory=OrderedDict)
+    placed: tuple[int, ShardRef] | None = None
+    """The shard Lease of the job under the shard count it was computed for."""
 
     def remember_unguarded(self, tick: datetime) -> None:
         self.unguarded[tick] = None
@@ -171,7 +173,14 @@ class ShardTicks:
 
     def ref_of(self, name: str) -> ShardRef:
         """The shard Lease that claims the ticks of the job named `name`."""
-        return shard_ref(self._services.group, name, shards=self.state().shards)
+        shards = self.state().shards
+        entry = self._entries.get(name)
+        if entry is not None and entry.placed is not None and entry.placed[0] == shards:
+            return entry.placed[1]
+        ref = shard_ref(self._services.group, name, shards=shards)
+        if entry is not None:
+            entry.placed = (shards, ref)
+        return ref
 
     # --- the jobs ---------------------------------------------------------------------------
 
@@ -354,7 +363,13 @@ class ShardTicks:
         return [e for e in entries if is_due(e.job)]
 
     def _of_shard(self, ref: ShardRef) -> list[_Entry]:
-        return [e for e in self._entries.values() if self.ref_of(e.job.name) == ref]
+        shards = self.state().shards
+        return [e for e in self._entries.values() if self._placed(e, shards) == ref]
+
+    def _placed(self, entry: _Entry, shards: int) -> ShardRef:
+        if entry.placed is None or entry.placed[0] != shards:
+            entry.placed = (shards, shard_ref(self._services.group, entry.job.name, shards=shards))
+        return entry.placed[1]
 
     async def _instant(self, ref: ShardRef, instant: datetime, catch_up: dict[str, bool]) -> None:
         """Claim `instant` of shard Lease `ref` after this replica's claim of its previous
