@@ -34,8 +34,8 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.objects import ObjectStore
-from leasecron.models.groups import GroupRecordError, GroupState, group_lease_name, parse_group
-from leasecron.models.leases import LeaseRecord, lease_annotations, parse_lease, parse_micro_time
+from leasecron.models.groups import GroupState, group_lease_name, recorded_state
+from leasecron.models.leases import LeaseRecord, parse_lease, parse_micro_time
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
@@ -46,7 +46,6 @@ from leasecron.models.names import (
     job_lease_name,
 )
 from leasecron.models.schedules import Schedule, ScheduleError
-from leasecron.models.shards import DEFAULT_SHARDS
 
 HEADERS = ("NAME", "BUCKET", "HOLDER", "LAST RUN", "OUTCOME", "NEXT", "READY", "REPLICAS")
 WIDE = ("SCHEDULE", "GROUP", "TOKEN", "MISSED")
@@ -142,13 +141,7 @@ class Cluster:
 
     def group_state(self, namespace: str, group: str) -> GroupState:
         """The group record's state; `DEFAULT_SHARDS` without a readable record."""
-        raw = self.lease_object(namespace, group_lease_name(group))
-        if raw is not None:
-            try:
-                return parse_group(lease_annotations(raw))
-            except GroupRecordError:
-                pass
-        return GroupState(shards=DEFAULT_SHARDS)
+        return recorded_state(self.lease_object(namespace, group_lease_name(group)))
 
     def operator_running(self, now: datetime) -> bool:
         operators = [

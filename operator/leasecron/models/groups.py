@@ -24,8 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from leasecron.models.leases import lease_annotations
 from leasecron.models.names import dns_name, format_tick, parse_tick
-from leasecron.models.shards import MAX_SHARDS, ShardRef, shard_lease_name, shard_of
+from leasecron.models.shards import DEFAULT_SHARDS, MAX_SHARDS, ShardRef, shard_lease_name, shard_of
 
 ROLE_GROUP = "group"
 ANNOTATION_SHARDS = "leasecron.dev/shards"
@@ -147,3 +148,15 @@ def format_group(state: GroupState) -> dict[str, str | None]:
 def retired(annotations: Mapping[str, object]) -> bool:
     """Whether a shard Lease's annotations say its shard count was replaced."""
     return annotations.get(ANNOTATION_RETIRED) is not None
+
+
+def recorded_state(raw: object | None) -> GroupState:
+    """What a raw group record Lease says for someone who only reads it (the operator, the
+    CLI): its state, or `DEFAULT_SHARDS` (and no floor) while there is no record or it does
+    not read (the replicas then claim nothing that needs it)."""
+    if raw is not None:
+        try:
+            return parse_group(lease_annotations(raw))
+        except GroupRecordError:
+            pass
+    return GroupState(shards=DEFAULT_SHARDS)

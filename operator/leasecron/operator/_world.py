@@ -30,14 +30,8 @@ from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
 from leasecron.models.clocks import Clock
 from leasecron.models.decisions import Observation
-from leasecron.models.groups import (
-    ROLE_GROUP,
-    GroupRecordError,
-    GroupState,
-    group_lease_name,
-    parse_group,
-)
-from leasecron.models.leases import lease_annotations, parse_lease
+from leasecron.models.groups import ROLE_GROUP, GroupState, group_lease_name, recorded_state
+from leasecron.models.leases import parse_lease
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
@@ -47,7 +41,6 @@ from leasecron.models.names import (
     VERSION,
     job_lease_name,
 )
-from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.models.specs import job_label_value
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import (
@@ -233,12 +226,7 @@ class World:
         no record or one that does not read (the replicas refuse to claim under one)."""
         informer = self._informer(self._leases, namespace)
         raw = informer.get(namespace, group_lease_name(group)) if informer is not None else None
-        if raw is not None:
-            try:
-                return parse_group(lease_annotations(raw))
-            except GroupRecordError:
-                pass
-        return GroupState(shards=DEFAULT_SHARDS)
+        return recorded_state(raw)
 
     def shard_lease(self, namespace: str, facts: JobFacts, state: GroupState) -> str | None:
         """The shard Lease that claims a once-per-tick job's ticks under `state`."""

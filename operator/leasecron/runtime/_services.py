@@ -227,8 +227,9 @@ class Services:
                     )
                     self.skip(job, "record_failed", tick=tick)
                     if isinstance(e, OutcomeUnknown | TimeoutError):
-                        # The create may have landed: that record must not stay Running.
-                        self._record_unstarted(job, tick, token)
+                        # The create may have landed: that record must not stay Running (the
+                        # Missed one takes over our own record of the tick).
+                        await self.record_missed(job, (tick,), token, reason=MISSED_UNCONFIRMED)
                     return None
         held = (lambda: fence.held) if fence is not None else None
         unguarded = record is RecordMode.UNGUARDED
@@ -273,20 +274,6 @@ class Services:
             ).finish(outcome=outcome, end=self.clock.now(), message=message)
             self.recorder.record_later(later, job_uid=job.uid)
         return outcome
-
-    def _record_unstarted(self, job: ScheduledJob, tick: datetime, token: int | None) -> None:
-        """Queue the `Missed` record of a tick whose handler was never started; it takes
-        over our own Running record of the tick if that create did land."""
-        now = self.clock.now()
-        run = JobRun.for_tick(
-            job=job.name,
-            tick=tick,
-            holder=self.identity,
-            start=now,
-            fencing_token=token,
-            namespace=self.namespace,
-        ).finish(outcome=Outcome.MISSED, end=now, message=MISSED_UNCONFIRMED)
-        self.recorder.deferred.ended(run, job_uid=job.uid)
 
     async def _start_record(
         self, job: ScheduledJob, tick: datetime, *, token: int | None, record: RecordMode
@@ -361,7 +348,7 @@ class Services:
             )
 
     async def record_missed(
-        self, job: ScheduledJob, ticks: Sequence[datetime], token: int, *, reason: str
+        self, job: ScheduledJob, ticks: Sequence[datetime], token: int | None, *, reason: str
     ) -> None:
         """Queue a `Missed` JobRun for each of `ticks` (as their claimant, with `token`): off
         the start path, written by the record writers, retried until it is; a record of the

@@ -175,12 +175,9 @@ class ShardTicks:
         """The shard Lease that claims the ticks of the job named `name`."""
         shards = self.state().shards
         entry = self._entries.get(name)
-        if entry is not None and entry.placed is not None and entry.placed[0] == shards:
-            return entry.placed[1]
-        ref = shard_ref(self._services.group, name, shards=shards)
         if entry is not None:
-            entry.placed = (shards, ref)
-        return ref
+            return self._placed(entry, shards)
+        return shard_ref(self._services.group, name, shards=shards)
 
     # --- the jobs ---------------------------------------------------------------------------
 

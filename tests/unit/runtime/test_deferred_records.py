@@ -10,12 +10,12 @@ from typing import Any, cast
 
 import pytest
 from prometheus_client import REGISTRY
-from test_records import FakeJobRuns
+from test_records import FakeJobRuns, operator_missed
 
 from leasecron.kube.errors import Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import FakeClock
-from leasecron.models.specs import JobRun, Outcome, validate_resource
+from leasecron.models.specs import Outcome, validate_resource
 from leasecron.runtime import _deferred
 from leasecron.runtime._records import Recorder
 from leasecron.testing.handlers import scheduled_job
@@ -51,20 +51,6 @@ class CountingJobRuns(FakeJobRuns):
     ) -> dict[str, Any]:
         self._write(f"patch {patch['status']['outcome']}")
         return await super().patch_status(namespace=namespace, name=name, patch=patch)
-
-
-def operator_missed(job: str) -> dict[str, Any]:
-    """The `Missed` record the operator writes for TICK of `job`."""
-    run = JobRun.for_tick(
-        job=job,
-        tick=TICK,
-        holder="operator",
-        start=None,
-        namespace="ns",
-        outcome=Outcome.MISSED,
-        message="late",
-    )
-    return run.to_resource(job_uid=None)
 
 
 def recorder(store: FakeJobRuns) -> Recorder:
