@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-controlplane: node
+controlplane:
 	@bash e2e/controlplane/build.sh >/dev/null
 	@bash e2e/toxiproxy/build.sh >/dev/null
 
@@ -35,7 +35,10 @@ controlplane: node
 # its shim, ctr, the pause image), built once from the Go module proxy and cached outside the
 # repository beside the control plane (e2e/node/build.sh; it waits for the control plane's
 # build, whose Go build cache it reuses).
+# Host packages it needs (runc, podman, iptables, ...) are installed when missing and this is a
+# root shell with apt-get (e2e/node/host-packages.sh).
 node:
+	@bash e2e/node/host-packages.sh
 	@bash e2e/controlplane/build.sh >/dev/null
 	@bash e2e/node/build.sh >/dev/null
 
@@ -45,7 +48,7 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: venv controlplane
+test: venv controlplane node
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -56,7 +59,7 @@ test: venv controlplane
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv controlplane
+integration: venv controlplane node
 	$(BIN)/pytest tests/integration e2e $(PYTEST_ARGS)
 
 demo: venv controlplane
