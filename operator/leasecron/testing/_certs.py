@@ -105,16 +105,34 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
+def _new_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA certificate named `common_name`, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = _name(common_name)
+    ca = (
+        _builder(subject=subject, issuer=subject, public_key=key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return ca, key
+
+
+def _write_service_account_keys(key_path: Path, pub_path: Path) -> None:
+    """A fresh service-account signing key pair: the private key at `key_path` (mode 0600),
+    the public key at `pub_path`. RSA, as the API server signs tokens with RS256 by default."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_key(key_path, key)
+    pub_path.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
 def generate(directory: Path) -> CertFiles:
     """Generate a fresh CA and every certificate and key the cluster needs into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_subject = _name("leasecron-test-ca")
-    ca = (
-        _builder(subject=ca_subject, issuer=ca_subject, public_key=ca_key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca, ca_key = _new_ca("leasecron-test-ca")
     serving, serving_key = _leaf(
         subject=_name("kube-apiserver"),
         ca=ca,
@@ -131,8 +149,6 @@ def generate(directory: Path) -> CertFiles:
         ca_key=ca_key,
         usage=ExtendedKeyUsageOID.CLIENT_AUTH,
     )
-    # The API server signs service-account tokens with RS256 by default: an RSA key.
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     files = CertFiles(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "apiserver.crt",
@@ -147,10 +163,5 @@ def generate(directory: Path) -> CertFiles:
     _write_key(files.serving_key, serving_key)
     _write_cert(files.admin_cert, admin)
     _write_key(files.admin_key, admin_key)
-    _write_key(files.service_account_key, sa_key)
-    files.service_account_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    _write_service_account_keys(files.service_account_key, files.service_account_pub)
     return files

@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from leasecron.testing._access import admin_user, write_kubeconfig
-from leasecron.testing._certs import _builder, _leaf, _name, _write_cert, _write_key
+from leasecron.testing._certs import (
+    _leaf,
+    _name,
+    _new_ca,
+    _write_cert,
+    _write_key,
+    _write_service_account_keys,
+)
 
 CLIENTS = {
     "admin": ("leasecron-admin", "system:masters"),
@@ -69,13 +74,7 @@ def generate(
     """Every certificate, key and component kubeconfig of one node cluster."""
     directory.mkdir(parents=True, exist_ok=True)
     pki = NodePki(directory=directory)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_subject = _name("leasecron-node-ca")
-    ca = (
-        _builder(subject=ca_subject, issuer=ca_subject, public_key=ca_key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca, ca_key = _new_ca("leasecron-node-ca")
     _write_cert(pki.ca, ca)
     names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
     names.append("kubernetes.default.svc.cluster.local")
@@ -112,11 +111,5 @@ def generate(
             ca_pem=pki.ca.read_bytes(),
             user=admin_user(cert_file=pki.cert(name), key_file=pki.key(name)),
         )
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    _write_key(pki.service_account_key, sa_key)
-    pki.service_account_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    _write_service_account_keys(pki.service_account_key, pki.service_account_pub)
     return pki
