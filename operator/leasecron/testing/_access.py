@@ -146,6 +146,13 @@ class ClusterAccess:
         )
         return self.client_for_token(token=token)
 
+    def _client_with_certificate(self, *, cert_file: Path, key_file: Path) -> client.ApiClient:
+        """A new `ApiClient` that authenticates with a client certificate."""
+        configuration = self._configuration()
+        configuration.cert_file = str(cert_file)
+        configuration.key_file = str(key_file)
+        return client.ApiClient(configuration)
+
     def _configuration(self) -> client.Configuration:
         configuration = client.Configuration(host=self.server)
         configuration.verify_ssl = self.verify_tls

@@ -15,8 +15,9 @@ a parent SIGKILLed within the child's first milliseconds can still leave it behi
 process-wide reaper of `leasecron.testing._processes` kills whatever is left at exit or on
 SIGTERM/SIGHUP.
 
-Owns starting, signalling, stopping with a grace period (`stop_children` stops many at once)
-and the log tail. Does not interpret the lines, and does not promise that `on_line` sees a
+Owns starting, signalling, stopping with a grace period (`stop_children` stops many at once;
+`terminate` stops a bare `Popen`, `kill_until_gone` the pids a callable finds each round) and
+the log tail. Does not interpret the lines, and does not promise that `on_line` sees a
 line before the process is reaped (join the reader with `join_reader`).
 """
 
@@ -53,6 +54,33 @@ def signal_group(pgid: int, signum: int) -> None:
     """`signum` to process group `pgid`; nothing when the group is gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+
+
+def kill_until_gone(
+    find_pids: Callable[[], Iterable[int]], *, attempts: int, interval: float = 0.05
+) -> None:
+    """SIGKILL every pid `find_pids()` names, `interval` seconds apart, until it names none
+    (at most `attempts` rounds: a process that forks while dying is caught by the next)."""
+    for _ in range(attempts):
+        pids = list(find_pids())
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(interval)
+
+
+def terminate(popen: subprocess.Popen[Any], *, grace: float) -> None:
+    """SIGTERM `popen` while it runs, give it `grace` seconds to exit, then SIGKILL; reap it."""
+    if popen.poll() is not None:
+        return
+    popen.terminate()
+    try:
+        popen.wait(grace)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
 
 
 def log_tail(path: Path, *, lines: int) -> str:

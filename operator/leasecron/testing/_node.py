@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from kubernetes import client
 from leasecron.testing import _node_pki
 from leasecron.testing._access import ClusterAccess, admin_user, write_kubeconfig
 from leasecron.testing._assets import KUBERNETES_VERSION, find_assets, run_helm
+from leasecron.testing._children import kill_until_gone, terminate
 from leasecron.testing._processes import REAPER, ControlPlaneError
 
 CONTAINERD_VERSION = "v2.2.3"
@@ -205,11 +205,10 @@ class NodeCluster(ClusterAccess):
         return self.work_dir / "tokens"
 
     def api_client(self) -> client.ApiClient:
-        configuration = client.Configuration(host=self.server)
-        configuration.ssl_ca_cert = str(self.ca_file)
-        configuration.cert_file = str(self.work_dir / "pki" / "admin.crt")
-        configuration.key_file = str(self.work_dir / "pki" / "admin.key")
-        return client.ApiClient(configuration)
+        pki = self.work_dir / "pki"
+        return self._client_with_certificate(
+            cert_file=pki / "admin.crt", key_file=pki / "admin.key"
+        )
 
     # --- tools --------------------------------------------------------------------------
 
@@ -691,14 +690,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             REAPER.unregister(self._reaper)
             self._reaper = None
         supervisor, self._supervisor = self._supervisor, None
-        if supervisor is not None and supervisor.poll() is None:
-            supervisor.send_signal(signal.SIGTERM)
-            try:
-                supervisor.wait(60)
-            except subprocess.TimeoutExpired:
-                supervisor.kill()
-                supervisor.wait()
-        self._kill_leftovers()
+        if supervisor is not None:
+            terminate(supervisor, grace=60)
+        kill_until_gone(self._leftover_pids, attempts=100)
         left = [str(c) for c in self._cgroups if not _remove_cgroup_tree(c)]
         self._cgroups = []
         if self._dir is not None and self._given_dir is None:
@@ -723,16 +717,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                         if _namespace_inode(pid, kind) == inode:
                             found.add(pid)
         return found
-
-    def _kill_leftovers(self) -> None:
-        for _ in range(100):
-            pids = self._leftover_pids()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
 
     def __enter__(self) -> Self:
         self.start()

@@ -36,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from leasecron.testing._children import kill_until_gone, terminate
+
 PR_SET_CHILD_SUBREAPER = 36
 SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
 STOP_ORDER = (
@@ -142,14 +144,8 @@ class Components:
 
     def stop(self, name: str, grace: float = 5.0) -> None:
         process = self.running.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            terminate(process, grace=grace)
 
 
 def wait_for(what: str, check: Callable[[], bool], components: Components, timeout: float) -> None:
@@ -171,19 +167,15 @@ def succeeds(*argv: str) -> Callable[[], bool]:
 def kill_cgroup_tree(root: Path) -> None:
     """SIGKILL every process in the cgroup tree `root` (one hierarchy is enough: every
     process of a pod is in each hierarchy's pod cgroup)."""
-    for _ in range(50):
-        pids = [
+    kill_until_gone(
+        lambda: [
             int(pid)
             for procs in root.rglob("cgroup.procs")
             for pid in procs.read_text().split()
             if pid.strip()
-        ]
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
+        ],
+        attempts=50,
+    )
 
 
 def reap_descendants() -> None:

@@ -153,10 +153,9 @@ class ControlPlane(ClusterAccess):
 
     def api_client(self) -> client.ApiClient:
         """A new admin `kubernetes.client.ApiClient`; close it when done."""
-        configuration = self._configuration()
-        configuration.cert_file = str(self._cert_files.admin_cert)
-        configuration.key_file = str(self._cert_files.admin_key)
-        return client.ApiClient(configuration)
+        return self._client_with_certificate(
+            cert_file=self._cert_files.admin_cert, key_file=self._cert_files.admin_key
+        )
 
     @property
     def _cert_files(self) -> _certs.CertFiles:
