@@ -9,13 +9,12 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-K8S_VERSION="v1.36.3"
+build_name=controlplane
+# shellcheck source=../build-lib.sh
+source "$here/../build-lib.sh"  # K8S_VERSION, cache_root, log, progress, build_one
 HELM_VERSION="v3.20.2"
-cache_root="${LEASECRON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/leasecron}"
 dest="${LEASECRON_ASSETS:-$cache_root/k8s-$K8S_VERSION}"
 binaries=(etcd kube-apiserver kube-controller-manager kubectl helm)
-
-log() { printf '[controlplane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 missing=()
 for b in "${binaries[@]}"; do [[ -x "$dest/$b" ]] || missing+=("$b"); done
@@ -30,27 +29,6 @@ exec 9>"$dest/.build.lock"
 log "waiting for the build lock $dest/.build.lock"
 flock 9
 log "building ${missing[*]} into $dest (first build: ~1 GB of modules, 15-30 min on 2 cores)"
-
-minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
-
-# Prints one progress line per 50 packages compiled instead of the full `go build -v` list.
-progress() {
-  awk -v name="$1" '{ n++; if (n % 50 == 0) { printf "[controlplane] %s: %d packages compiled\n", name, n; fflush() } }' >&2
-}
-
-build_one() {
-  local name="$1" pkg="$2" start=$SECONDS
-  [[ -x "$dest/$name" ]] && return 0
-  log "building $name ($pkg)"
-  (cd "$here" && go build -v -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" "$pkg") 2>&1 | progress "$name"
-  mv -f "$dest/.$name.tmp" "$dest/$name"
-  log "built $name in $((SECONDS - start)) s"
-}
 
 build_one etcd go.etcd.io/etcd/server/v3
 build_one kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver

@@ -17,15 +17,14 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-K8S_VERSION="v1.36.3"
+build_name=node
+# shellcheck source=../build-lib.sh
+source "$here/../build-lib.sh"  # K8S_VERSION, cache_root, log, progress, build_one
 CONTAINERD_VERSION="v2.2.3"
 PAUSE_IMAGE="localhost/leasecron/pause:1.0"
-cache_root="${LEASECRON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/leasecron}"
 dest="$cache_root/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION"
 kube=(kubelet kube-scheduler kube-proxy)
 ctrd=(containerd containerd-shim-runc-v2 ctr)
-
-log() { printf '[node %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 missing=()
 for b in "${kube[@]}" "${ctrd[@]}"; do [[ -x "$dest/$b" ]] || missing+=("$b"); done
@@ -40,10 +39,6 @@ mkdir -p "$dest"
 exec 9>"$dest/.build.lock"
 flock 9
 log "building ${missing[*]} into $dest"
-
-progress() {
-  awk -v name="$1" '{ n++; if (n % 50 == 0) { printf "[node] %s: %d packages compiled\n", name, n; fflush() } }' >&2
-}
 
 need_ctrd=0
 for b in "${ctrd[@]}"; do [[ -x "$dest/$b" ]] || need_ctrd=1; done
@@ -89,21 +84,7 @@ if [[ $need_kube == 1 ]]; then
   exec 8>"$cp_dest/.build.lock"
   log "waiting for the control plane's build lock $cp_dest/.build.lock"
   flock 8
-  minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
-  for name in "${kube[@]}"; do
-    [[ -x "$dest/$name" ]] && continue
-    start=$SECONDS
-    log "building $name"
-    (cd "$here" && go build -v -trimpath -ldflags "$ldflags" -o "$dest/.$name.tmp" \
-      "k8s.io/kubernetes/cmd/$name") 2>&1 | progress "$name"
-    mv -f "$dest/.$name.tmp" "$dest/$name"
-    log "built $name in $((SECONDS - start)) s"
-  done
+  for name in "${kube[@]}"; do build_one "$name" "k8s.io/kubernetes/cmd/$name"; done
   exec 8>&-
 fi
 printf '%s %s\n' "$K8S_VERSION" "$CONTAINERD_VERSION" >"$dest/VERSION"
