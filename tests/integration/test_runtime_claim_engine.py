@@ -17,7 +17,7 @@ from kubernetes import client
 from leasecron import JobContext, Scheduler
 from leasecron.coordination.resourcelocks import ROLE_JOB
 from leasecron.kube.clients import Kube
-from leasecron.models.groups import ANNOTATION_SHARDS, group_lease_name
+from leasecron.models.groups import ANNOTATION_SHARDS, TOKEN_BLOCK, group_lease_name
 from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
 from leasecron.models.names import (
     GROUP,
@@ -326,3 +326,33 @@ def test_a_job_claimed_on_its_own_lease_by_an_earlier_version_continues_above_th
         scheduler.stop()
     tokens = [ctx.token or 0 for ctx in _contexts(pairs, "upgraded")]
     assert tokens and min(tokens) > 40, tokens
+
+
+def test_a_new_group_has_its_shard_leases_made_ahead_so_its_first_claims_only_update(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """The replica that creates the group record makes the shard Leases with it, one token
+    block reserved: the group's first instant costs no create and no ceiling write."""
+    pairs = _schedulers(kube, namespace, 4)
+    scheduler, capture = pairs[0]
+    scheduler.start()
+    try:
+        leases = client.CoordinationV1Api(kube_api)
+        names = [shard_lease_name("default", i, shards=4) for i in range(4)]
+        poll(
+            lambda: all(_read(kube_api, namespace, n) for n in names),
+            timeout=30,
+            what="the shard Leases made with the record",
+        )
+        record = leases.read_namespaced_lease(group_lease_name("default"), namespace)
+        version = record.metadata.resource_version
+        assert record.metadata.annotations["leasecron.dev/token-ceiling"] == str(TOKEN_BLOCK)
+        uids = {n: _read(kube_api, namespace, n)["metadata"]["uid"] for n in names}  # type: ignore[index]
+        _create(kube_api, namespace, "first")
+        assert capture.wait_calls(2, timeout=30)
+    finally:
+        scheduler.stop()
+    after = leases.read_namespaced_lease(group_lease_name("default"), namespace)
+    assert after.metadata.resource_version == version, "the first claims wrote the record"
+    assert {n: _read(kube_api, namespace, n)["metadata"]["uid"] for n in names} == uids  # type: ignore[index]
+    assert [ctx.token for ctx in _contexts(pairs, "first")][:2] == [1, 2]

@@ -43,6 +43,7 @@ from leasecron.models.decisions import FUTURE_TICK_LIMIT
 from leasecron.models.groups import (
     ANNOTATION_RETIRED,
     ROLE_GROUP,
+    TOKEN_BLOCK,
     GroupRecordError,
     GroupState,
     format_group,
@@ -112,13 +113,17 @@ class GroupRecord:
         configured_shards: int,
         clock: Clock = SYSTEM_CLOCK,
         request_timeout: float | None = None,
+        prepare_shards: bool = False,
     ) -> None:
         self.namespace = namespace
+        self.prepare_shards = prepare_shards
+        """Whether a record this replica creates comes with its shard Leases made ahead."""
         self.group = group
         self.identity = identity
         self.configured_shards = _check_count(configured_shards, "configured_shards")
         self._timeout = request_timeout
         self._kube = kube
+        self._clock = clock
         self.lease = _record_lock(kube, cache, clock=clock, namespace=namespace, group=group)
         self._log = get_logger("leasecron.coordination").bind(
             group=group, lease=self.lease.name, namespace=namespace, identity=identity
@@ -207,8 +212,17 @@ class GroupRecord:
         Raises KubeError when the store cannot be read or written (retry Unavailable)."""
         seen = await _get(self.lease, self._timeout)
         if seen is None:
-            ceiling = await self._highest_token_on_record()
-            await self._create(GroupState(shards=self.configured_shards, ceiling=ceiling))
+            highest = await self._highest_token_on_record()
+            if not self.prepare_shards:
+                await self._create(GroupState(shards=self.configured_shards, ceiling=highest))
+            else:
+                # One block reserved ahead, and the shard Leases made with it: the group's
+                # first claims are plain conditional updates, not creates that each raise the
+                # ceiling (one write after another, the replicas racing for the record).
+                ceiling = highest + TOKEN_BLOCK
+                state = GroupState(shards=self.configured_shards, ceiling=ceiling)
+                if await self._create(state):
+                    await self._create_shards(state, token=highest)
         state = self.state
         self._told = (state.shards, state.floor_tick)
         return state
@@ -230,15 +244,33 @@ class GroupRecord:
         await _get(self.lease, self._timeout)
         return self.state
 
-    async def _create(self, state: GroupState) -> None:
-        """Create the record holding `state`; someone else's (AlreadyExists) is read instead."""
+    async def _create(self, state: GroupState) -> bool:
+        """Create the record holding `state` (True); someone else's (AlreadyExists, or a reply
+        lost) is read instead (False)."""
         record = LeaseRecord(name=self.lease.name, namespace=self.namespace)
         try:
             await self.lease.create(record, annotations=format_group(state), timeout=self._timeout)
             self._log.info("created the group record", shards=state.shards, ceiling=state.ceiling)
+            return True
         except (AlreadyExists, *_MAYBE_WRITTEN) as e:
             if await _get(self.lease, self._timeout) is None:
                 raise Unavailable(f"the group record {self.lease.name} was not created") from e
+            return False
+
+    async def _create_shards(self, state: GroupState, *, token: int) -> None:
+        """Create the free shard Leases of a record made just now, at `token` (the highest on
+        record, within the ceiling). One that exists already, or cannot be made now, is left
+        to the claims (they create a missing one above the ceiling)."""
+        locks = _shard_locks(self._kube, self._clock, self.namespace, self.group, state.shards)
+
+        async def create(lock: LeaseLock) -> None:
+            record = LeaseRecord(name=lock.name, namespace=self.namespace, transitions=token)
+            try:
+                await lock.create(record, timeout=self._timeout)
+            except KubeError as e:
+                self._log.debug("shard Lease not created ahead", lease=lock.name, error=repr(e))
+
+        await asyncio.gather(*(create(lock) for lock in locks))
 
     async def reserve(self, token: int) -> None:
         """Make the recorded ceiling at least `token` (raised to token + TOKEN_BLOCK), before

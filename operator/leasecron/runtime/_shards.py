@@ -134,6 +134,7 @@ class ShardTicks:
                 identity=services.identity,
                 clock=services.clock,
                 configured_shards=self.shards,
+                prepare_shards=True,
             )
         return self._group
 
