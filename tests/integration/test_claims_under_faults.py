@@ -80,9 +80,10 @@ def test_a_claim_whose_reply_is_lost_still_runs_its_tick_and_the_job_goes_on(
     kube: Kube, kube_api: ApiClient, namespace: str, read_back: str
 ) -> None:
     lease = _shard_lease("lost-reply")
-    # The first claim creates the job's shard Lease; its reply is lost, the write lands.
+    # The first claim writes the job's shard Lease (made with the group record); its reply is
+    # lost, the write lands.
     fault_plan(kube).add(
-        Fault(verb="create", resource="leases", name=lease, action="lose_reply", times=1)
+        Fault(verb="update", resource="leases", name=lease, action="lose_reply", times=1)
     )
     if read_back == "fails":
         # ... and the GET that reads it back fails too: the claim is uncertain, and the
