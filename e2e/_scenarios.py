@@ -382,11 +382,13 @@ def delete_and_apply_two_jobs_again(cluster: Cluster) -> dict[str, tuple[int, in
     second = single_owner_copy(original, f"{original['metadata']['name']}-b")
     cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", "-", input=yaml.safe_dump(second))
     names = [original["metadata"]["name"], second["metadata"]["name"]]
-    before = poll(
-        lambda: (t := {n: lease_token(cluster, n) for n in names}) and all(t.values()) and t,
+    poll(
+        lambda: all(lease(cluster, APP_NAMESPACE, job_lease_name(n)).get("holderIdentity")
+                    for n in names),
         timeout=60,
-        what=f"{names} owned (a token handed out)",
-    )
+        what=f"{names} owned (a token handed out: the first term's is 0)",
+    )  # fmt: skip
+    before = {n: lease_token(cluster, n) for n in names}
     cluster.kubectl("delete", "scheduledjob", "-n", APP_NAMESPACE, *names, "--timeout=60s")
     from leasecron.coordination.floors import tombstone_key
 
