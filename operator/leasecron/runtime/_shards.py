@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from leasecron._logs import get_logger
 from leasecron.coordination import Grant, LeaseView, Skipped
 from leasecron.coordination.groups import GroupRecord
-from leasecron.coordination.locks import SKIP_UNAVAILABLE, SKIP_UNCERTAIN
+from leasecron.coordination.locks import SKIP_EXISTS, SKIP_UNAVAILABLE, SKIP_UNCERTAIN
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.kube.errors import KubeError
 from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
@@ -65,8 +65,11 @@ from leasecron.runtime._ticks import stop_run
 
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
-_RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN)
-"""Skips after which a shard instant is claimed again (until its latest startingDeadline)."""
+_RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN, SKIP_EXISTS)
+"""Skips after which a shard instant is claimed again (until its latest startingDeadline).
+`exists`: the claim meant to create the shard Lease, which was there already (made with the
+group record, or by another replica, before this replica's view showed it); the lock has read
+it now, so the claim is decided again at once."""
 SKIP_BETTER_PLACED = "better_placed"
 """Another live replica registered every handler due at the instant: it claims it."""
 _UNGUARDED_MEMORY = 1000
@@ -446,6 +449,7 @@ class ShardTicks:
             + [j.spec.starting_deadline.total_seconds() / 2 for j in local_jobs]
         )
         outage_since: float | None = None
+        lagged = False
         pause = tuning.claim_retry
         stagger = 0.0 if lock.holding() else rank * tuning.claim_step
         result = await lock.try_claim(instant, stagger=stagger, starting_deadline=claim_deadline)
@@ -460,7 +464,9 @@ class ShardTicks:
                 outage_since = None
             if left <= pause:
                 return result
-            if result.reason == SKIP_LIVE_GRANT:
+            if result.reason == SKIP_EXISTS and not lagged:
+                lagged = True  # decided again at once, on the Lease the lock has just read
+            elif result.reason == SKIP_LIVE_GRANT:
                 # The holder of the previous instant takes this one too, normally; if it
                 # cannot (it died, or lost a race), the shard is free or expires first.
                 if not await lock.wait_claimable(instant, timeout=left):
