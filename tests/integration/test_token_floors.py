@@ -200,6 +200,15 @@ def test_a_job_lease_deleted_by_hand_comes_back_above_its_last_token(
         lease.spec.lease_transitions = 7  # seven claims, none recorded anywhere else
         coordination.replace_namespaced_lease(lease.metadata.name, namespace, lease)
         old_uid = lease.metadata.uid
+        # The operator has seen that version (it shows its holder) before it is deleted.
+        poll(
+            lambda: (
+                (get_job(kube_api, namespace, "report").get("status") or {}).get("holder")
+                == "replica-a"
+            ),
+            timeout=20,
+            what="the replaced Lease's holder in the job's status",
+        )
 
         coordination.delete_namespaced_lease(lease.metadata.name, namespace)
 
