@@ -1,6 +1,7 @@
 """leasecron: scheduled jobs for many-replica Python apps on Kubernetes.
 
-The public library API is re-exported here and only here:
+What an application uses is re-exported here and only here. Either leasecron runs the
+schedule (a ScheduledJob declares it, a Scheduler runs the handler):
 
     import leasecron
 
@@ -12,6 +13,18 @@ The public library API is re-exported here and only here:
 
     scheduler.run_forever()
 
+or the application's own scheduler does (APScheduler, Celery beat, a loop) and a guard decides
+which replica runs each tick:
+
+    @leasecron.guard("send-reminders", every="1m")
+    def send_reminders() -> None: ...
+
+The coordination primitives (locks, elections, the Lease view) live in
+`leasecron.coordination`, the integrations with schedulers and frameworks in
+`leasecron.integrations`, test helpers in `leasecron.testing`. The primitives were once
+re-exported here too; those names still resolve, with a DeprecationWarning that names their
+home.
+
 Names are imported on first use, so `import leasecron` stays cheap for tools (the CLI, the
 pytest plugin) that need none of them.
 """
@@ -19,79 +32,62 @@ pytest plugin) that need none of them.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from leasecron._version import __version__
 
 if TYPE_CHECKING:
     from leasecron._metrics import MetricsServer, serve_metrics
-    from leasecron.coordination import (
-        BackgroundLoop,
-        Elector,
-        Grant,
-        KeepAlive,
-        LostLockError,
-        Skipped,
-        SyncElector,
-        SyncTickLock,
-        Term,
-        TickLock,
-        lease_informer,
-    )
-    from leasecron.models.configs import ConfigError, ElectionConfig, LockConfig
-    from leasecron.models.identity import make_identity
+    from leasecron.coordination import LostLockError
+    from leasecron.models.configs import ConfigError
     from leasecron.models.specs import Bucket
-    from leasecron.runtime import JobContext, RunResult, Scheduler, Tuning
+    from leasecron.runtime import JobContext, RunOutcome, RunResult, Scheduler, Tuning
 
 _EXPORTS = {
     "Bucket": "leasecron.models.specs",
+    "ConfigError": "leasecron.models.configs",
     "JobContext": "leasecron.runtime",
     "LostLockError": "leasecron.coordination",
+    "MetricsServer": "leasecron._metrics",
+    "RunOutcome": "leasecron.runtime",
     "RunResult": "leasecron.runtime",
     "Scheduler": "leasecron.runtime",
     "Tuning": "leasecron.runtime",
-    # Coordination primitives, for code that needs a lock or an election of its own.
-    "BackgroundLoop": "leasecron.coordination",
-    "ConfigError": "leasecron.models.configs",
-    "ElectionConfig": "leasecron.models.configs",
-    "Elector": "leasecron.coordination",
-    "Grant": "leasecron.coordination",
-    "KeepAlive": "leasecron.coordination",
-    "LockConfig": "leasecron.models.configs",
-    "Skipped": "leasecron.coordination",
-    "SyncElector": "leasecron.coordination",
-    "SyncTickLock": "leasecron.coordination",
-    "Term": "leasecron.coordination",
-    "TickLock": "leasecron.coordination",
-    "lease_informer": "leasecron.coordination",
-    "make_identity": "leasecron.models.identity",
-    "MetricsServer": "leasecron._metrics",
     "serve_metrics": "leasecron._metrics",
 }
 
+_MOVED = {
+    name: "leasecron.coordination"
+    for name in (
+        "BackgroundLoop",
+        "ElectionConfig",
+        "Elector",
+        "Grant",
+        "KeepAlive",
+        "LockConfig",
+        "Skipped",
+        "SyncElector",
+        "SyncTickLock",
+        "Term",
+        "TickLock",
+        "lease_informer",
+        "make_identity",
+    )
+}
+"""Names once exported here that moved under their module: still resolved, with a warning."""
+
 __all__ = [
-    "BackgroundLoop",
     "Bucket",
     "ConfigError",
-    "ElectionConfig",
-    "Elector",
-    "Grant",
     "JobContext",
-    "KeepAlive",
-    "LockConfig",
     "LostLockError",
     "MetricsServer",
+    "RunOutcome",
     "RunResult",
     "Scheduler",
-    "Skipped",
-    "SyncElector",
-    "SyncTickLock",
-    "Term",
-    "TickLock",
     "Tuning",
     "__version__",
-    "lease_informer",
-    "make_identity",
     "serve_metrics",
 ]
 
@@ -99,7 +95,15 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'leasecron' has no attribute {name!r}")
+        moved = _MOVED.get(name)
+        if moved is None:
+            raise AttributeError(f"module 'leasecron' has no attribute {name!r}")
+        warnings.warn(
+            f"leasecron.{name} moved: import it from {moved} (from {moved} import {name})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(moved), name)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

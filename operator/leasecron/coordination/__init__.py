@@ -3,6 +3,10 @@
 One async implementation (`TickLock`, `Elector`, `Grant`, `KeepAlive`), its sync front end
 (`BackgroundLoop` + thin wrappers), and `lease_informer()`, the watch-fed cache that every
 lock and elector of a process shares so that a replica which sees a live grant sends nothing.
+
+This is the public home of the coordination primitives, for code that needs a lock or an
+election of its own (`from leasecron.coordination import TickLock, LockConfig`); an application
+that guards a function or runs a Scheduler needs none of them (`import leasecron`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
+from leasecron.models.configs import ConfigError, ElectionConfig, LockConfig
+from leasecron.models.identity import make_identity
 
 
 def lease_informer(
@@ -62,6 +68,8 @@ __all__ = [
     "ROLE_JOB",
     "ROLE_LEADER",
     "BackgroundLoop",
+    "ConfigError",
+    "ElectionConfig",
     "Elector",
     "Fence",
     "Grant",
@@ -70,6 +78,7 @@ __all__ = [
     "LeaseCache",
     "LeaseLock",
     "LeaseView",
+    "LockConfig",
     "LostEvent",
     "LostLockError",
     "ReleaseResult",
@@ -84,4 +93,5 @@ __all__ = [
     "change_shard_count",
     "default_labels",
     "lease_informer",
+    "make_identity",
 ]
