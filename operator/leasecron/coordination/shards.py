@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Unpack
 
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Grant
-from leasecron.coordination.locks import SKIP_ERROR, SKIP_UNAVAILABLE, Skipped, TickLock
+from leasecron.coordination.locks import (
+    SKIP_ERROR,
+    SKIP_UNAVAILABLE,
+    OrphanHandler,
+    Skipped,
+    TickLock,
+)
 from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseStoreLike, PartyOptions
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError, Unavailable
@@ -79,6 +85,7 @@ class ShardLock(TickLock):
         config: LockConfig | None = None,
         request_timeout: float | None = None,
         group: GroupRecord | None = None,
+        on_orphan: OrphanHandler | None = None,
         **party: Unpack[PartyOptions],
     ) -> None:
         self.group = group
@@ -87,6 +94,7 @@ class ShardLock(TickLock):
             cache,
             config=config or shard_config(),
             request_timeout=request_timeout,
+            on_orphan=on_orphan,
             **party,
         )
         self._uses: dict[int, int] = {}

@@ -108,6 +108,8 @@ class ShardTicks:
         """The count this replica was configured with; the group record's count wins."""
         self._entries: dict[str, _Entry] = {}
         self._foreign: dict[str, ScheduledJob] = {}
+        self._foreign_placed: dict[str, tuple[int, ShardRef]] = {}
+        """Per foreign job: the shard count and the shard Lease it was placed on last."""
         self._locks: dict[str, ShardLock] = {}
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -224,16 +226,27 @@ class ShardTicks:
 
     def forget_foreign(self, name: str) -> None:
         self._foreign.pop(name, None)
+        self._foreign_placed.pop(name, None)
+
+    def _foreign_ref(self, name: str, shards: int) -> ShardRef:
+        placed = self._foreign_placed.get(name)
+        if placed is None or placed[0] != shards:
+            placed = self._foreign_placed[name] = (
+                shards,
+                shard_ref(self._services.group, name, shards=shards),
+            )
+        return placed[1]
 
     def _handlers_due(self, ref: ShardRef, instant: datetime, due: list[_Entry]) -> set[str]:
         """Handlers of every job of shard Lease `ref` due at `instant`, registered here or
         not."""
         handlers = {e.job.handler_name for e in due}
+        shards = self.state().shards
         for job in self._foreign.values():
             schedule = job.spec.parsed_schedule
             if schedule is None or job.spec.suspend:
                 continue
-            if self.ref_of(job.name) == ref and due_at(schedule, instant):
+            if self._foreign_ref(job.name, shards) == ref and due_at(schedule, instant):
                 handlers.add(job.handler_name)
         return handlers
 
@@ -342,8 +355,8 @@ class ShardTicks:
                 labels=shard_labels(services.group, ref.shard),
                 config=shard_config(services.tuning.shard_lease_s),
                 group=self.group,
+                on_orphan=functools.partial(self._adopt, ref),
             )
-            lock.on_orphan = functools.partial(self._adopt, ref)
             self._locks[ref.lease] = lock
         return lock
 
