@@ -86,6 +86,12 @@ IDENTITY_CONFLICTS = Counter(
     "identity (each process needs its own identity: the default gives one).",
     ["group"],
 )
+HOOK_ERRORS = Counter(
+    "leasecron_hook_errors_total",
+    "Run hook calls that raised, or events dropped because the hooks fell too far behind, by "
+    "event (started, succeeded, failed, skipped) and reason (raised, dropped).",
+    ["event", "reason"],
+)
 BUILD_INFO = Gauge(
     "leasecron_build_info",
     "Always 1; the version label is the leasecron version of this process.",

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from leasecron._logs import get_logger
 from leasecron.coordination import lease_informer
@@ -27,9 +27,11 @@ from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, backoff_delays
 from leasecron.models.clocks import Clock
 from leasecron.models.shards import DEFAULT_SHARDS
+from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._jobs import JobTable
 from leasecron.runtime._membership import Membership
+from leasecron.runtime._observe import RunObserver
 from leasecron.runtime._records import Recorder
 from leasecron.runtime._registry import HandlerRegistry
 from leasecron.runtime._services import Services, Tuning
@@ -52,6 +54,7 @@ class Settings:
     max_threads: int
     tuning: Tuning
     shards: int = DEFAULT_SHARDS
+    hooks: RunHooks = field(default_factory=RunHooks)
 
 
 class Runtime:
@@ -117,6 +120,7 @@ class Runtime:
             grace_period=settings.grace_period,
             tuning=settings.tuning,
             shards=settings.shards,
+            observer=RunObserver(settings.hooks),
         )
 
     async def _serve(self, services: Services, stop: asyncio.Event, ready: Ready) -> None:

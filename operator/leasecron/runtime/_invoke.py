@@ -11,10 +11,13 @@ running, no longer waited for) and the end is reported as `abandoned`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
+from collections.abc import Callable
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -78,10 +81,14 @@ class HandlerRun:
         executor: Executor,
         clock: Clock,
         start_by: datetime | None = None,
+        on_call: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.handler = handler
         self.start_by = start_by
         """Wall-clock time after which the handler is not called any more (None: no limit)."""
+        self._on_call = on_call
+        """Entered where the handler is called (its task, or the pool thread of a sync
+        handler) once it is sure to be called; the handler runs inside it (its span, hooks)."""
         self.ctx = ctx
         self._executor = executor
         self._clock = clock
@@ -166,6 +173,9 @@ class HandlerRun:
             error=error, interrupted=self._interrupted, abandoned=False, duration=duration
         )
 
+    def _calling(self) -> AbstractContextManager[None]:
+        return self._on_call() if self._on_call is not None else contextlib.nullcontext()
+
     def _check_start(self) -> None:
         """At the moment the handler would be called: not past its start-by time."""
         if self.start_by is not None and self._clock.now() > self.start_by:
@@ -175,15 +185,19 @@ class HandlerRun:
         fn, ctx = self.handler.fn, self.ctx
         if self.handler.is_async:
             self._check_start()
-            result = fn(ctx)
-        else:
+            with self._calling():
+                result = fn(ctx)
+                if inspect.isawaitable(result):
+                    await result
+            return
 
-            def guarded(ctx: JobContext) -> object:
-                self._check_start()  # in the pool thread: a queued call may start late
+        def guarded(ctx: JobContext) -> object:
+            self._check_start()  # in the pool thread: a queued call may start late
+            with self._calling():
                 return fn(ctx)
 
-            call = functools.partial(contextvars.copy_context().run, guarded, ctx)
-            result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        call = functools.partial(contextvars.copy_context().run, guarded, ctx)
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         if inspect.isawaitable(result):
             await result
 

@@ -148,11 +148,7 @@ class OwnerWorker:
         handler = services.registry.get(job.handler_name)
         start = services.clock.now()
         ctx = services.context(job, tick=start, token=term.token, held=lambda: term.held)
-        call = (
-            HandlerRun(handler, ctx, executor=services.executor, clock=services.clock)
-            if handler is not None
-            else None
-        )
+        call = services.handler_call(handler, ctx) if handler is not None else None
         run = self._current = _TermRun(term, ctx, call)
         try:
             run.record = await services.recorder.start_term(

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -30,14 +30,19 @@ from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.shards import DEFAULT_SHARDS, check_shards
 from leasecron.runtime._core import Runtime, Settings
 from leasecron.runtime._environment import check_group, default_namespace, resolve_identity
+from leasecron.runtime._hooks import RunEventKind, RunHook, RunHooks
 from leasecron.runtime._oneshot import RunResult, run_once
 from leasecron.runtime._registry import Handler, HandlerRegistry
 from leasecron.runtime._services import Tuning
+from leasecron.runtime._tracing import caller_parent
 
 F = TypeVar("F", bound=Handler)
+H = TypeVar("H", bound=RunHook)
 _log = _logs.get_logger("leasecron.runtime")
 _STOP_MARGIN = 15.0
 """Seconds beyond the grace period `stop()` waits for the scheduler thread to end."""
+_HOOKS_DRAIN = 5.0
+"""Seconds a stopping scheduler (or `run_once`) waits for its run hooks to be delivered."""
 
 
 class Scheduler:
@@ -54,6 +59,12 @@ class Scheduler:
     `shards` is the shard count this replica proposes for its group when the group has no
     record yet (docs/design.md, "The group record"): once recorded, every replica follows
     the recorded count (one configured otherwise logs it); `leasecron shards` changes it.
+
+    `hooks` are told of every run (`RunEvent`: started, succeeded, failed, skipped; see
+    `leasecron.runtime._hooks` for how they run); the decorators `on_start`, `on_success`,
+    `on_failure` and `on_skip` add one for one kind. With `opentelemetry-api` installed each
+    run is a span `leasecron.run <job>` (a root span for ticks; a child of the caller's
+    context for `run_once`).
     """
 
     def __init__(
@@ -68,6 +79,7 @@ class Scheduler:
         max_threads: int = 64,
         tuning: Tuning | None = None,
         shards: int = DEFAULT_SHARDS,
+        hooks: Iterable[RunHook] = (),
     ) -> None:
         if grace_period < 0:
             raise ValueError(f"grace_period ({grace_period}) must not be negative")
@@ -82,6 +94,7 @@ class Scheduler:
             max_threads=max_threads,
             tuning=tuning or Tuning(),
             shards=check_shards(shards),
+            hooks=RunHooks(hooks),
         )
         self._kube = kube
         self._registry = HandlerRegistry()
@@ -167,6 +180,27 @@ class Scheduler:
 
         return decorate
 
+    def on_start(self, fn: H) -> H:
+        """Decorator: call `fn(event)` when a handler is called."""
+        return self._hook(fn, RunEventKind.STARTED)
+
+    def on_success(self, fn: H) -> H:
+        """Decorator: call `fn(event)` when a run succeeded (outcome Succeeded or Unguarded)."""
+        return self._hook(fn, RunEventKind.SUCCEEDED)
+
+    def on_failure(self, fn: H) -> H:
+        """Decorator: call `fn(event)` when a run ended any other way (Failed, LostLock, ...);
+        `event.error` is the handler's exception, when it raised one."""
+        return self._hook(fn, RunEventKind.FAILED)
+
+    def on_skip(self, fn: H) -> H:
+        """Decorator: call `fn(event)` for a tick this replica did not run (`event.reason`)."""
+        return self._hook(fn, RunEventKind.SKIPPED)
+
+    def _hook(self, fn: H, kind: RunEventKind) -> H:
+        self._settings.hooks.add(fn, kinds=(kind,))
+        return fn
+
     # --- one run ------------------------------------------------------------------------
 
     async def run_once(
@@ -184,7 +218,11 @@ class Scheduler:
         if self.running:
             raise RuntimeError(f"{self!r} is running; run_once needs a scheduler that is not")
         runtime = Runtime(self._settings, self._registry, self._kube)
-        return await run_once(runtime, job, tick=tick, timeout=timeout)
+        try:
+            with caller_parent():
+                return await run_once(runtime, job, tick=tick, timeout=timeout)
+        finally:
+            await self._settings.hooks.drain(timeout=_HOOKS_DRAIN)
 
     # --- asyncio ------------------------------------------------------------------------
 
@@ -203,6 +241,7 @@ class Scheduler:
         try:
             await runtime.serve(self._stop_event, self._on_ready)
         finally:
+            await self._settings.hooks.drain(timeout=min(_HOOKS_DRAIN, self.grace_period))
             with self._guard:
                 self._loop, self._stop_event = None, None
                 self._stop_requested = False

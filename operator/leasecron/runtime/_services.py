@@ -13,7 +13,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
@@ -34,9 +34,10 @@ from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
+from leasecron.runtime._observe import RunObserver
 from leasecron.runtime._planning import TickPlan
 from leasecron.runtime._records import Recorder, outcome_of
-from leasecron.runtime._registry import HandlerRegistry
+from leasecron.runtime._registry import HandlerRegistry, RegisteredHandler
 
 _log = get_logger("leasecron.runtime")
 
@@ -106,6 +107,8 @@ class Services:
     tuning: Tuning
     shards: int = DEFAULT_SHARDS
     """The shard count proposed for the group (docs/design.md §5.8); its record's count wins."""
+    observer: RunObserver = field(default_factory=RunObserver)
+    """The run hooks and spans: told of every handler call, outcome and skip."""
 
     def context(
         self,
@@ -153,8 +156,21 @@ class Services:
         if handler is None:
             self.skip(job, "no_handler", tick=ctx.tick)
             return None
-        call = HandlerRun(handler, ctx, executor=self.executor, clock=self.clock, start_by=start_by)
+        call = self.handler_call(handler, ctx, start_by=start_by)
         return await control.run(call, observe_lag=observe_lag)
+
+    def handler_call(
+        self, handler: RegisteredHandler, ctx: JobContext, *, start_by: datetime | None = None
+    ) -> HandlerRun:
+        """One call of `handler` for `ctx`, observed (its span, its `started` hook)."""
+        return HandlerRun(
+            handler,
+            ctx,
+            executor=self.executor,
+            clock=self.clock,
+            start_by=start_by,
+            on_call=self.observer.calling(ctx),
+        )
 
     def report(
         self,
@@ -172,6 +188,7 @@ class Services:
             end, reason=control.reason, unguarded=ctx.unguarded, term=term
         )
         self.recorder.count(job, ctx, outcome, message, notify=notify)
+        self.observer.ended(ctx, end, outcome, message)
         fields = {"outcome": outcome.value, "duration": round(end.duration, 3)}
         if end.error is not None:
             ctx.logger.error("handler failed", message=message, exc_info=end.error, **fields)
@@ -392,6 +409,9 @@ class Services:
     def skip(self, job: ScheduledJob, reason: str, *, tick: datetime | None = None) -> None:
         """A tick this replica does not run: normal (N-1 per tick); debug log and count."""
         SKIPS.labels(self.namespace, job.name, reason).inc()
+        self.observer.skipped(
+            job, namespace=self.namespace, holder=self.identity, reason=reason, tick=tick
+        )
         _log.debug(
             "tick skipped",
             job=job.name,
