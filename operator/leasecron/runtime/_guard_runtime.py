@@ -1,0 +1,252 @@
+"""`GuardRuntime`: what the guards of one event loop share, and which runtime a call uses.
+
+Owns, per event loop: the Kube client made from the environment (one, for guards not given a
+client), one watch-fed cache of guard Leases (`coordination.lease_informer` selecting the
+`guard` role) and, for `job=` guards, one ScheduledJob cache, per (client, namespace),
+started lazily on first use; one `TickLock` per guard Lease and identity; one `Recorder` per
+(client, namespace); and the claims that are held now, so that closing releases them.
+
+Sync callers share one process-wide `BackgroundLoop` and its runtime (`background()`);
+async callers get the runtime of their running loop (`for_running_loop()`). `close_guards()`
+(also run at exit) releases the grants and stops the caches of the background runtime and of
+runtimes on loops running in other threads; `aclose_guards()` closes the running loop's. No
+signal handlers are installed. A cache that cannot be started (store unreachable) raises, and
+is tried again by the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from leasecron._logs import get_logger
+from leasecron.coordination import BackgroundLoop, TickLock, lease_informer
+from leasecron.coordination.floors import token_floor
+from leasecron.kube.clients import Kube
+from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
+from leasecron.kube.watches import Informer
+from leasecron.models.clocks import Clock
+from leasecron.models.configs import LockConfig
+from leasecron.models.names import LABEL_JOB, LABEL_ROLE
+from leasecron.models.specs import job_label_value
+from leasecron.runtime._guard_runs import GuardRun
+from leasecron.runtime._guard_settings import ROLE_GUARD, GuardSettings
+from leasecron.runtime._records import Recorder
+
+_log = get_logger("leasecron.runtime.guards")
+GUARD_SELECTOR = f"{LABEL_ROLE}={ROLE_GUARD}"
+START_TIMEOUT = 10.0
+"""Seconds a call waits for a cache to start before it skips (store_unavailable)."""
+CLOSE_TIMEOUT = 10.0
+
+Key = tuple[int, str]
+
+
+class GuardRuntime:
+    """The shared pieces of the guards of one event loop (create and use it on that loop)."""
+
+    def __init__(self) -> None:
+        self._default_kube: Kube | None = None
+        self._kubes: dict[int, Kube] = {}
+        self._leases: dict[Key, Informer] = {}
+        self._jobs: dict[Key, Informer] = {}
+        self._starting: dict[tuple[str, Key], asyncio.Lock] = {}
+        self._locks: dict[tuple[Any, ...], TickLock] = {}
+        self._recorders: dict[Key, Recorder] = {}
+        self.active: set[GuardRun] = set()
+        """Claims held now (released by `close`)."""
+        self.closed = False
+
+    def kube(self, given: Kube | None) -> Kube:
+        """`given`, or the runtime's own client from the environment (made once)."""
+        if given is not None:
+            self._kubes[id(given)] = given
+            return given
+        if self._default_kube is None:
+            self._default_kube = Kube.from_config()
+            self._kubes[id(self._default_kube)] = self._default_kube
+        return self._default_kube
+
+    async def _started(
+        self, kind: str, caches: dict[Key, Informer], key: Key, make: Callable[[], Informer]
+    ) -> Informer:
+        cache = caches.get(key)
+        if cache is not None:
+            return cache
+        lock = self._starting.setdefault((kind, key), asyncio.Lock())
+        async with lock:
+            cache = caches.get(key)
+            if cache is None:
+                cache = make()
+                await asyncio.wait_for(cache.start(), START_TIMEOUT)
+                caches[key] = cache
+        return cache
+
+    async def lease_cache(self, kube: Kube, namespace: str, clock: Clock) -> Informer:
+        """The started cache of `namespace`'s guard Leases (KubeError/TimeoutError when it
+        cannot be started now)."""
+        return await self._started(
+            "leases",
+            self._leases,
+            (id(kube), namespace),
+            lambda: lease_informer(
+                kube, namespace=namespace, label_selector=GUARD_SELECTOR, clock=clock
+            ),
+        )
+
+    async def job_cache(self, kube: Kube, namespace: str, clock: Clock) -> Informer:
+        """The started cache of `namespace`'s ScheduledJobs."""
+        return await self._started(
+            "jobs",
+            self._jobs,
+            (id(kube), namespace),
+            lambda: ScheduledJobStore(kube).informer(namespace=namespace, clock=clock),
+        )
+
+    def recorder(self, kube: Kube, namespace: str, clock: Clock) -> Recorder:
+        key = (id(kube), namespace)
+        recorder = self._recorders.get(key)
+        if recorder is None:
+            recorder = Recorder(jobruns=JobRunStore(kube), namespace=namespace, clock=clock)
+            self._recorders[key] = recorder
+        return recorder
+
+    def tick_lock(
+        self,
+        kube: Kube,
+        cache: Informer,
+        *,
+        settings: GuardSettings,
+        config: LockConfig,
+        clock: Clock,
+    ) -> TickLock:
+        """The TickLock of the guard's Lease for its identity (one per config: a job's lock
+        settings may change). A `job=` guard's Lease is created above the job's token floor."""
+        key = (id(kube), settings.namespace, settings.lease, settings.identity, config)
+        lock = self._locks.get(key)
+        if lock is not None:
+            return lock
+        labels = {LABEL_ROLE: ROLE_GUARD}
+        floor: Callable[[], Awaitable[int]] | None = None
+        if settings.job is not None:
+            labels[LABEL_JOB] = job_label_value(settings.job)
+            job, namespace = settings.job, settings.namespace
+
+            async def floor() -> int:
+                return await token_floor(kube, namespace=namespace, job=job)
+
+        lock = TickLock(
+            kube,
+            cache,
+            config=config,
+            job=settings.name,
+            namespace=settings.namespace,
+            name=settings.lease,
+            identity=settings.identity,
+            clock=clock,
+            labels=labels,
+            floor=floor,
+        )
+        self._locks[key] = lock
+        return lock
+
+    async def close(self) -> None:
+        """Release the held claims, stop the caches, close the clients made here."""
+        self.closed = True
+        for run in list(self.active):
+            self.active.discard(run)
+            if run.grant is not None:
+                with contextlib.suppress(Exception):
+                    await run.grant.release()
+        for recorder in self._recorders.values():
+            with contextlib.suppress(Exception):
+                await recorder.flush(timeout=2.0)
+                await recorder.close()
+        for lock in self._locks.values():
+            await lock.close()
+        for cache in [*self._leases.values(), *self._jobs.values()]:
+            with contextlib.suppress(Exception):
+                await cache.stop()
+        self._leases.clear()
+        self._jobs.clear()
+        self._locks.clear()
+        self._recorders.clear()
+        if self._default_kube is not None:
+            await self._default_kube.close()
+            self._default_kube = None
+
+
+# --- which runtime a call uses -------------------------------------------------------------
+
+_guard = threading.Lock()
+_background: BackgroundLoop | None = None
+_background_runtime: GuardRuntime | None = None
+_loop_runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GuardRuntime] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def background() -> tuple[BackgroundLoop, GuardRuntime]:
+    """The process-wide loop of sync callers and its runtime (started on first use)."""
+    global _background, _background_runtime
+    with _guard:
+        if _background is None or _background_runtime is None:
+            _background = BackgroundLoop(name="leasecron-guards").start()
+            _background_runtime = GuardRuntime()
+        return _background, _background_runtime
+
+
+def for_running_loop() -> GuardRuntime:
+    """The runtime of the running event loop (made on first use)."""
+    loop = asyncio.get_running_loop()
+    with _guard:
+        runtime = _loop_runtimes.get(loop)
+        if runtime is None or runtime.closed:
+            runtime = _loop_runtimes[loop] = GuardRuntime()
+        return runtime
+
+
+async def aclose_guards() -> None:
+    """Release the grants and stop the caches of the running loop's guards."""
+    loop = asyncio.get_running_loop()
+    with _guard:
+        runtime = _loop_runtimes.pop(loop, None)
+    if runtime is not None:
+        await runtime.close()
+
+
+def close_guards() -> None:
+    """Release every grant the guards of this process hold and stop their caches: the
+    background loop of sync callers (stopped too) and the runtimes of loops running in other
+    threads. A loop running in this thread is left to `await aclose_guards()`."""
+    global _background, _background_runtime
+    with _guard:
+        loop, runtime = _background, _background_runtime
+        _background = _background_runtime = None
+        others = list(_loop_runtimes.items())
+    if loop is not None and runtime is not None:
+        try:
+            loop.run(runtime.close(), timeout=CLOSE_TIMEOUT)
+        except Exception:
+            _log.exception("closing the guards failed")
+        loop.stop()
+    try:
+        current = asyncio.get_running_loop()
+    except RuntimeError:
+        current = None
+    for other, other_runtime in others:
+        if other is current or other.is_closed() or not other.is_running():
+            continue
+        with _guard:
+            _loop_runtimes.pop(other, None)
+        future = asyncio.run_coroutine_threadsafe(other_runtime.close(), other)
+        with contextlib.suppress(Exception):
+            future.result(CLOSE_TIMEOUT)
+
+
+atexit.register(close_guards)
