@@ -1,0 +1,1 @@
+"""A minimal Django project with a leasecron Scheduler (see settings.py)."""

@@ -1,0 +1,11 @@
+#!/usr/bin/env python
+"""The example Django project's manage.py: runserver, leasecron_scheduler, migrate, ..."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_site.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

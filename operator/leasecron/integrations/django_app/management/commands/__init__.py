@@ -1,0 +1,1 @@
+"""`leasecron_scheduler`: the Scheduler as its own process."""
