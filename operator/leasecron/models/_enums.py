@@ -24,6 +24,22 @@ class CatchUpPolicy(StrEnum):
     ALL = "All"
 
 
+class ConcurrencyPolicy(StrEnum):
+    """What a tick does while the job's run of an earlier tick still goes (CronJob's names)."""
+
+    FORBID = "Forbid"
+    REPLACE = "Replace"
+    ALLOW = "Allow"
+
+
+class Trigger(StrEnum):
+    """Why a run happens: its schedule, a person's request (`leasecron run`), or a backfill."""
+
+    SCHEDULE = "Schedule"
+    MANUAL = "Manual"
+    BACKFILL = "Backfill"
+
+
 class StoreUnavailablePolicy(StrEnum):
     """What a coordinated job does while the API server cannot be reached."""
 
@@ -34,9 +50,11 @@ class StoreUnavailablePolicy(StrEnum):
 class Outcome(StrEnum):
     """How a run ended (or that it is still going)."""
 
+    PENDING = "Pending"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    TIMED_OUT = "TimedOut"
     LOST_LOCK = "LostLock"
     ABANDONED = "Abandoned"
     MISSED = "Missed"
@@ -44,8 +62,9 @@ class Outcome(StrEnum):
 
     @property
     def finished(self) -> bool:
-        """Everything but Running: the run will not change any more."""
-        return self is not Outcome.RUNNING
+        """Everything but Pending (a requested run nobody started yet) and Running: the run
+        will not change any more."""
+        return self not in (Outcome.PENDING, Outcome.RUNNING)
 
     @property
     def succeeded(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from leasecron.models._enums import Outcome
+from leasecron.models._enums import Outcome, Trigger
 from leasecron.models._fields import Duration, RecordModel, Tick, Timestamp
 from leasecron.models.names import (
     API_VERSION,
@@ -29,6 +29,8 @@ from leasecron.models.names import (
 
 JOBRUN_KIND = "JobRun"
 MESSAGE_LIMIT = 1024
+ATTEMPT_MESSAGE_LIMIT = 256
+MAX_ATTEMPTS = 11
 
 
 def job_label_value(job: str) -> str:
@@ -45,6 +47,34 @@ class JobRunSpec(RecordModel):
     holder: str = Field(default="", max_length=512, description="The replica's identity.")
     fencing_token: int | None = Field(default=None, ge=0, description="The grant's token.")
     start: Timestamp | None = Field(default=None, description="When the handler started.")
+    trigger: Trigger | None = Field(
+        default=None,
+        description="Manual (`leasecron run`) or Backfill (`leasecron backfill`); unset (or "
+        "Schedule) for a run of the schedule.",
+    )
+    requested_by: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Who asked for a Manual or Backfill run (the requesting user).",
+    )
+
+
+class Attempt(RecordModel):
+    """One attempt of a run that is retried (spec.retry)."""
+
+    start: Timestamp = Field(description="When the attempt started.")
+    end: Timestamp | None = Field(default=None, description="When it ended.")
+    outcome: Outcome = Field(default=Outcome.RUNNING, description="How it ended.")
+    message: str = Field(default="", description="Error text, truncated.")
+
+    @field_validator("message")
+    @classmethod
+    def _truncate(cls, value: str) -> str:
+        return (
+            value
+            if len(value) <= ATTEMPT_MESSAGE_LIMIT
+            else value[: ATTEMPT_MESSAGE_LIMIT - 3] + "..."
+        )
 
 
 class JobRunStatus(RecordModel):
@@ -56,11 +86,23 @@ class JobRunStatus(RecordModel):
         default="", description=f"Error text, truncated to {MESSAGE_LIMIT} characters."
     )
     duration: Duration | None = Field(default=None, description="end - start, when both exist.")
+    attempts: tuple[Attempt, ...] | None = Field(
+        default=None,
+        description=f"Each attempt of a retried run, in order (empty when it ran once); at "
+        f"most {MAX_ATTEMPTS}.",
+    )
 
     @field_validator("message")
     @classmethod
     def _truncate(cls, value: str) -> str:
         return value if len(value) <= MESSAGE_LIMIT else value[: MESSAGE_LIMIT - 3] + "..."
+
+    @field_validator("attempts")
+    @classmethod
+    def _at_most(cls, value: tuple[Attempt, ...] | None) -> tuple[Attempt, ...] | None:
+        if value is not None and len(value) > MAX_ATTEMPTS:
+            raise ValueError(f"must list at most {MAX_ATTEMPTS} attempts")
+        return value
 
 
 class JobRun(BaseModel):

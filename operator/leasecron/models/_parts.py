@@ -129,6 +129,35 @@ class CatchUpSpec(ResourceModel):
     )
 
 
+MAX_RETRIES = 10
+MAX_BACKOFF = timedelta(hours=1)
+
+
+class RetrySpec(ResourceModel):
+    """Retries of a failed run within its tick (CronJob's backoffLimit, with a back-off)."""
+
+    limit: StrictInt = Field(
+        default=0,
+        ge=0,
+        le=MAX_RETRIES,
+        description=f"Attempts after the first when a run fails or times out, 0 to {MAX_RETRIES}.",
+    )
+    backoff: Duration = Field(
+        default=timedelta(seconds=10),
+        description="Delay before the first retry, doubled before each later one. 1s to 1h.",
+    )
+
+    @field_validator("backoff")
+    @classmethod
+    def _backoff(cls, value: timedelta) -> timedelta:
+        return within(value, low=SECOND, high=MAX_BACKOFF)
+
+    def delay(self, attempt: int) -> timedelta:
+        """The wait before attempt number `attempt` (2 is the first retry)."""
+        doublings: int = max(0, attempt - 2)
+        return self.backoff * (1 << doublings)
+
+
 class HistorySpec(ResourceModel):
     """How many finished JobRuns the operator keeps per outcome."""
 

@@ -32,10 +32,12 @@ from leasecron.models import _zones
 from leasecron.models._enums import (
     Bucket,
     CatchUpPolicy,
+    ConcurrencyPolicy,
     ConditionStatus,
     ConditionType,
     Outcome,
     StoreUnavailablePolicy,
+    Trigger,
 )
 from leasecron.models._fields import (
     DNS_LABEL_PATTERN,
@@ -45,8 +47,16 @@ from leasecron.models._fields import (
     ResourceModel,
     show,
 )
-from leasecron.models._jobruns import JobRun, JobRunSpec, JobRunStatus, job_label_value
-from leasecron.models._parts import SECOND, CatchUpSpec, ElectionSpec, HistorySpec, LockSpec, within
+from leasecron.models._jobruns import Attempt, JobRun, JobRunSpec, JobRunStatus, job_label_value
+from leasecron.models._parts import (
+    SECOND,
+    CatchUpSpec,
+    ElectionSpec,
+    HistorySpec,
+    LockSpec,
+    RetrySpec,
+    within,
+)
 from leasecron.models._problems import MISSING, FieldProblem, SpecError, problems_from
 from leasecron.models._status import Condition, LastRun, ScheduledJobStatus
 from leasecron.models.names import API_VERSION
@@ -54,9 +64,11 @@ from leasecron.models.schedules import Schedule, ScheduleError
 
 __all__ = [
     "MISSING",
+    "Attempt",
     "Bucket",
     "CatchUpPolicy",
     "CatchUpSpec",
+    "ConcurrencyPolicy",
     "Condition",
     "ConditionStatus",
     "ConditionType",
@@ -69,11 +81,13 @@ __all__ = [
     "LastRun",
     "LockSpec",
     "Outcome",
+    "RetrySpec",
     "ScheduledJob",
     "ScheduledJobSpec",
     "ScheduledJobStatus",
     "SpecError",
     "StoreUnavailablePolicy",
+    "Trigger",
     "job_label_value",
     "validate_resource",
 ]
@@ -81,6 +95,10 @@ __all__ = [
 SCHEDULEDJOB_KIND = "ScheduledJob"
 MAX_DEADLINE = timedelta(days=7)
 MAX_JITTER = timedelta(hours=24)
+MAX_TIMEOUT = timedelta(days=7)
+_NOT_FOR_OWNERS = (
+    "must not be set when spec.bucket is single-owner (its handler runs for a whole term)"
+)
 _GROUP = re.compile(LABEL_VALUE_PATTERN)
 _HANDLER = re.compile(r"^\S+$")
 _SCHEDULE_REQUIRED = "is required unless spec.bucket is single-owner"
@@ -150,6 +168,22 @@ class ScheduledJobSpec(ResourceModel):
         default=timedelta(0),
         description="Random delay spread after the tick; less than startingDeadline.",
     )
+    timeout: Duration | None = Field(
+        default=None,
+        description="How long a run may take: the handler is told to stop, then cancelled, "
+        "and the run ends TimedOut (alarmed like a failure). Unset: no limit. 1s to 7 days; "
+        "independent of lock.atMostFor, which bounds the claim. Not for single-owner.",
+    )
+    retry: RetrySpec = Field(
+        default_factory=RetrySpec,
+        description="Retries of a failed or timed-out run within its tick. Not for single-owner.",
+    )
+    concurrency_policy: ConcurrencyPolicy = Field(
+        default=ConcurrencyPolicy.FORBID,
+        description="A tick due while the run of an earlier tick still goes: Forbid (skip "
+        "it), Replace (stop the running run, then start the new tick) or Allow (both run, "
+        "each with its own token). Only Forbid for single-owner.",
+    )
     suspend: StrictBool = Field(default=False, description="Stop starting new runs.")
     history: HistorySpec = Field(
         default_factory=HistorySpec, description="Finished JobRuns kept per outcome."
@@ -206,6 +240,36 @@ class ScheduledJobSpec(ResourceModel):
         if deadline is not None and value >= deadline:
             raise ValueError(f"must be less than spec.startingDeadline ({show(deadline)})")
         return within(value, low=timedelta(0), high=MAX_JITTER)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta | None, info: ValidationInfo) -> timedelta | None:
+        if value is None:
+            return None
+        if info.data.get("bucket") is Bucket.SINGLE_OWNER:
+            raise ValueError(_NOT_FOR_OWNERS)
+        return within(value, low=SECOND, high=MAX_TIMEOUT)
+
+    @field_validator("retry")
+    @classmethod
+    def _retry(cls, value: RetrySpec, info: ValidationInfo) -> RetrySpec:
+        if value.limit and info.data.get("bucket") is Bucket.SINGLE_OWNER:
+            raise ValueError(
+                "limit must be 0 when spec.bucket is single-owner (an owner that fails "
+                "contends again by itself)"
+            )
+        return value
+
+    @field_validator("concurrency_policy")
+    @classmethod
+    def _concurrency_policy(
+        cls, value: ConcurrencyPolicy, info: ValidationInfo
+    ) -> ConcurrencyPolicy:
+        if value is not ConcurrencyPolicy.FORBID and info.data.get("bucket") is Bucket.SINGLE_OWNER:
+            raise ValueError(
+                "must be Forbid when spec.bucket is single-owner (one owner at a time)"
+            )
+        return value
 
     @property
     def parsed_schedule(self) -> Schedule | None:

@@ -126,8 +126,8 @@ def test_long_job_names_get_a_label_value_within_63_characters() -> None:
 
 
 @pytest.mark.parametrize("outcome", list(Outcome))
-def test_only_running_is_unfinished_and_only_succeeded_counts_as_success(
+def test_only_pending_and_running_are_unfinished_and_only_succeeded_counts_as_success(
     outcome: Outcome,
 ) -> None:
-    assert outcome.finished is (outcome is not Outcome.RUNNING)
+    assert outcome.finished is (outcome not in (Outcome.PENDING, Outcome.RUNNING))
     assert outcome.succeeded is (outcome is Outcome.SUCCEEDED)
