@@ -267,7 +267,7 @@ class Claim:
         traceback: TracebackType | None,
     ) -> None:
         leave(self._token)
-        if self._run is not None:
+        if self._run is not None and self._run.ran:
             self._guard.finish_sync(self._run, error=exc)
 
     async def __aenter__(self) -> GuardRun:
@@ -282,7 +282,7 @@ class Claim:
         traceback: TracebackType | None,
     ) -> None:
         leave(self._token)
-        if self._run is not None:
+        if self._run is not None and self._run.ran:
             await asyncio.shield(self._guard.finish_async(self._run, error=exc))
 
 
