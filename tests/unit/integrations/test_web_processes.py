@@ -48,17 +48,20 @@ def test_management_commands_and_the_autoreloader_do_not_start_the_django_schedu
     assert reason is not None and why in reason
 
 
+DEBUG_CLI = {"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "1"}
+
+
 @pytest.mark.parametrize(
     ("argv", "environ", "parent"),
     [
-        (["flask", "run", "--debug"], {"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "1"}, True),
+        (["flask", "run", "--debug"], DEBUG_CLI, True),
         (["flask", "run", "--reload"], {"FLASK_RUN_FROM_CLI": "true"}, True),
         (
             ["flask", "run", "--debug"],
-            {"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "1", "WERKZEUG_RUN_MAIN": "true"},
+            {**DEBUG_CLI, "WERKZEUG_RUN_MAIN": "true"},
             False,
         ),
-        (["flask", "run", "--no-reload"], {"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "1"}, False),
+        (["flask", "run", "--no-reload"], DEBUG_CLI, False),
         (["flask", "run"], {"FLASK_RUN_FROM_CLI": "true"}, False),
         (["gunicorn", "app:app"], {"FLASK_DEBUG": "1"}, False),
     ],
