@@ -9,7 +9,8 @@
    naming the field); its lock, startingDeadline and suspend apply.
 3. `TickLock.try_claim` on the guard's Lease after a random part of the stagger: the tick's
    high-water mark, conditional writes only, lost replies read back, orphans adopted or freed,
-   a `job=` guard's Lease created above the job's token floor. A skip is returned as a value.
+   a `job=` guard's Lease created above the job's token floor (and every claim above the
+   token of the job's last run its status shows). A skip is returned as a value.
 4. Keep the grant alive while the body runs (`keep_alive`), and for a `job=` guard create the
    Running JobRun of the tick before the body starts (awaited, bounded): AlreadyExists means
    another replica has the tick (skip `exists`), a create that fails releases the grant (skip
@@ -33,6 +34,7 @@ from datetime import datetime
 from leasecron._logs import get_logger
 from leasecron._metrics import RUN_DURATION, RUNS, SKIPS, START_LAG
 from leasecron.coordination import Grant, LostLockError, Skipped
+from leasecron.coordination.floors import highest_token
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
 from leasecron.models.clocks import Clock
@@ -121,7 +123,7 @@ class Engine:
         try:
             kube = self.kube
             cache = await self.runtime.lease_cache(kube, s.namespace, self.clock)
-            job = await self._job() if s.job is not None else None
+            job, above = await self._job() if s.job is not None else (None, 0)
         except (KubeError, TimeoutError) as e:
             tick = whole_second(fired or now, what="tick")
             return self._skip(tick, SKIP_UNAVAILABLE, error=repr(e))
@@ -139,7 +141,9 @@ class Engine:
         # 3. The claim: one conditional write at most.
         lock = self.runtime.tick_lock(kube, cache, settings=s, config=config, clock=self.clock)
         stagger = random.uniform(0.0, s.stagger.total_seconds())
-        result = await lock.try_claim(tick, stagger=stagger, starting_deadline=deadline)
+        result = await lock.try_claim(
+            tick, stagger=stagger, starting_deadline=deadline, above=above
+        )
         if isinstance(result, Skipped):
             return GuardRun(
                 guard=s.name,
@@ -165,13 +169,15 @@ class Engine:
         )
         return run
 
-    async def _job(self) -> ScheduledJob | None:
+    async def _job(self) -> tuple[ScheduledJob | None, int]:
+        """The guard's ScheduledJob from the cache (None: not there) and the highest token
+        its status shows for its last run (a claim's token goes above it)."""
         s = self.settings
         assert s.job is not None
         cache = await self.runtime.job_cache(self.kube, s.namespace, self.clock)
         obj = cache.get(s.namespace, s.job)
         if obj is None:
-            return None
+            return None, 0
         try:
             job = ScheduledJob.from_resource(obj)
         except SpecError as e:
@@ -182,7 +188,7 @@ class Engine:
                 "a guard runs one body per tick (every-replica jobs need no lock; single-owner "
                 "jobs are run by the Scheduler's election)"
             )
-        return job
+        return job, highest_token(job=s.job, scheduled_job=obj)
 
     async def _start_record(
         self, run: GuardRun, grant: Grant, job: ScheduledJob
