@@ -1,0 +1,78 @@
+"""Fire times the scheduler integrations claim: a scheduler's fire time snapped onto the
+guard's grid, guard names from job ids, and what a scheduler's timing settings become."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from leasecron.integrations import _firing
+from leasecron.models.schedules import Schedule
+
+NOON = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def test_a_fire_time_is_snapped_to_the_latest_tick_of_the_grid_at_or_before_it() -> None:
+    every_10s = Schedule.parse("@every 10s")
+    assert _firing.snapped(NOON + timedelta(seconds=7.3), every_10s) == NOON
+    assert _firing.snapped(NOON + timedelta(seconds=10), every_10s) == NOON + timedelta(seconds=10)
+
+
+def test_a_fire_time_is_snapped_onto_a_cron_grid_in_its_time_zone() -> None:
+    two_am_berlin = Schedule.parse("0 2 * * *", time_zone="Europe/Berlin")
+    late = datetime(2026, 3, 2, 1, 0, 30, tzinfo=UTC)  # 02:00:30 in Berlin (CET)
+    assert _firing.snapped(late, two_am_berlin) == datetime(2026, 3, 2, 1, 0, tzinfo=UTC)
+
+
+def test_without_a_grid_the_fire_time_is_the_tick_and_naive_means_local_time() -> None:
+    local = datetime(2026, 3, 1, 12, 0, 5)
+    assert _firing.snapped(local, None) == local.astimezone(UTC)
+
+
+@pytest.mark.parametrize(
+    ("job_id", "name"),
+    [
+        ("send_reminders", "send-reminders"),
+        ("Billing.Send_Reminders", "billing.send-reminders"),
+        ("report:nightly", "report-nightly"),
+    ],
+)
+def test_a_guard_is_named_after_the_job_id_in_lease_name_characters(job_id: str, name: str) -> None:
+    assert _firing.guard_name(job_id) == name
+
+
+def test_a_generated_job_id_is_refused_because_replicas_would_not_share_the_guard() -> None:
+    with pytest.raises(ValueError, match="give the job an id="):
+        _firing.guard_name("0f1e2d3c4b5a69788796a5b4c3d2e1f0")
+
+
+def test_the_schedulers_grace_becomes_the_starting_deadline_unless_one_is_given() -> None:
+    found = _firing.Firing(at=NOON, starting_deadline=timedelta(seconds=5))
+    assert _firing.with_firing_defaults({}, found)["starting_deadline"] == timedelta(seconds=5)
+    given = _firing.with_firing_defaults({"starting_deadline": "1m"}, found)
+    assert given["starting_deadline"] == "1m"
+
+
+def test_an_interval_trigger_becomes_the_grid_when_the_guard_has_no_schedule() -> None:
+    found = _firing.Firing(at=NOON, interval=timedelta(seconds=30))
+    assert _firing.with_firing_defaults({}, found)["every"] == timedelta(seconds=30)
+    assert "every" not in _firing.with_firing_defaults({"cron": "* * * * *"}, found)
+    sub_second = _firing.Firing(at=NOON, interval=timedelta(milliseconds=500))
+    assert "every" not in _firing.with_firing_defaults({}, sub_second)
+
+
+def test_a_job_guard_takes_its_timing_from_the_scheduled_job_only() -> None:
+    found = _firing.Firing(
+        at=NOON, starting_deadline=timedelta(seconds=5), interval=timedelta(seconds=30)
+    )
+    assert _firing.with_firing_defaults({"job": "nightly-report"}, found) == {
+        "job": "nightly-report"
+    }
+
+
+def test_the_announced_fire_time_is_seen_only_inside_the_call() -> None:
+    assert _firing.fire_time() is None
+    with _firing.firing(_firing.Firing(at=NOON, job_id="report")):
+        assert _firing.fire_time() == _firing.Firing(at=NOON, job_id="report")
+    assert _firing.fire_time() is None
