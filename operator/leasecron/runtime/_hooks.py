@@ -160,6 +160,9 @@ class RunHooks:
 
     async def drain(self, *, timeout: float) -> bool:  # noqa: ASYNC109
         """`flush` from an event loop, without blocking it."""
+        with self._lock:
+            if self._busy == 0 and not self._futures:
+                return True
         return await asyncio.to_thread(self.flush, timeout=timeout)
 
     # --- delivery -------------------------------------------------------------------------
