@@ -23,12 +23,25 @@ _COMMANDS: dict[str, str] = {
     "leases": "leasecron.cli._inspect:leases",
     "runs": "leasecron.cli._inspect:runs",
     "shards": "leasecron.cli._shards:shards",
+    "run": "leasecron.cli._runs:run",
+    "suspend": "leasecron.cli._runs:suspend",
+    "resume": "leasecron.cli._runs:resume",
+    "backfill": "leasecron.cli._backfill:backfill",
     "validate": "leasecron.cli._validate:validate",
     "demo": "leasecron.cli._demo:demo",
     "cluster": "leasecron.cli._cluster:cluster",
     "bench": "leasecron.cli._bench:bench",
 }
-_PLUGIN_COMMANDS = ("status", "leases", "runs", "validate")
+_PLUGIN_COMMANDS = (
+    "status",
+    "leases",
+    "runs",
+    "validate",
+    "run",
+    "suspend",
+    "resume",
+    "backfill",
+)
 # command name -> the top-level modules it imports that only an extra installs
 _NEEDS: dict[str, tuple[str, ...]] = {
     "operator": ("kopf",),
@@ -113,4 +126,5 @@ def main() -> None:
 )
 @click.version_option(__version__, prog_name="kubectl leasecron")
 def kubectl_plugin() -> None:
-    """kubectl leasecron: inspect ScheduledJobs, their holders and runs."""
+    """kubectl leasecron: inspect ScheduledJobs, their holders and runs; run, suspend, resume
+    and backfill them."""

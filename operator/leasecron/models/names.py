@@ -16,6 +16,7 @@ JOBRUN_PLURAL = "jobruns"
 LABEL_JOB = "leasecron.dev/job"
 LABEL_GROUP = "leasecron.dev/group"
 LABEL_ROLE = "leasecron.dev/role"  # job | leader | member (on Leases)
+LABEL_TRIGGER = "leasecron.dev/trigger"  # Manual | Backfill (on requested JobRuns)
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "leasecron"
 

@@ -9,10 +9,13 @@ finished runs to delete so that a job keeps only its configured history.
 - **Pruning**: finished runs are kept per outcome class, newest first: `history.succeeded`
   runs with outcome `Succeeded`, and `history.failed` runs of every other finished outcome
   (`Failed`, `LostLock`, `Abandoned`, `Missed`, `Unguarded`). Runs still `Running` (or without
-  an outcome yet) are never pruned, nor are runs of ticks the missed-run judgement may still
+  an outcome yet) or `Pending` are never pruned, nor are runs of ticks the missed-run judgement may still
   look at (`keep_ticks_after`: the last startingDeadline + grace + run-record grace), since a
   tick without its JobRun would be taken for a missed one; so a frequent job keeps a few more
   runs than its limits for that long.
+- **Expired requests**: a requested run (`leasecron run`, `backfill`) still `Pending` after
+  the job's startingDeadline from its creation was picked up by no replica; it is finished
+  `Missed` (the replicas cannot: when none is there to pick it up, none is there to expire it).
 
 Pure functions over plain values; `_reconciler` does the writes.
 """
@@ -30,10 +33,11 @@ from leasecron.operator._observed import RUNNING, SUCCEEDED, RunView, Snapshot
 
 @dataclass(frozen=True, kw_only=True)
 class HistoryPlan:
-    """Runs to mark `Abandoned` and runs to delete."""
+    """Runs to mark `Abandoned`, runs to delete, and requests to finish `Missed`."""
 
     abandoned: tuple[RunView, ...]
     prune: tuple[RunView, ...]
+    expired: tuple[RunView, ...] = ()
 
 
 def holder_vanished(facts: JobFacts, snapshot: Snapshot, run: RunView) -> bool:
@@ -65,6 +69,18 @@ def runs_to_prune(runs: Sequence[RunView], *, succeeded: int, failed: int) -> li
     return sorted(extra, key=lambda run: run.order)
 
 
+def expired_requests(facts: JobFacts, snapshot: Snapshot) -> list[RunView]:
+    """Requests nobody picked up within startingDeadline of their creation, oldest first."""
+    return sorted(
+        (
+            run
+            for run in snapshot.runs
+            if run.pending and snapshot.now > run.created + facts.starting_deadline
+        ),
+        key=lambda run: run.order,
+    )
+
+
 def plan_history(
     facts: JobFacts, snapshot: Snapshot, *, keep_ticks_after: datetime | None = None
 ) -> HistoryPlan:
@@ -76,4 +92,5 @@ def plan_history(
     )
     if keep_ticks_after is not None:
         prune = [run for run in prune if run.tick is None or run.tick <= keep_ticks_after]
-    return HistoryPlan(abandoned=tuple(abandoned), prune=tuple(prune))
+    expired = expired_requests(facts, snapshot)
+    return HistoryPlan(abandoned=tuple(abandoned), prune=tuple(prune), expired=tuple(expired))

@@ -91,8 +91,9 @@ def _newest(runs: Sequence[RunView]) -> RunView | None:
 
 
 def last_run(runs: Sequence[RunView]) -> dict[str, Any] | None:
-    """`status.lastRun` from the newest JobRun, or None without any."""
-    run = _newest(runs)
+    """`status.lastRun` from the newest JobRun (a request nobody picked up yet is no run),
+    or None without any."""
+    run = _newest([run for run in runs if not run.pending])
     if run is None:
         return None
     raw: dict[str, Any] = {
@@ -110,7 +111,7 @@ def last_schedule_time(facts: JobFacts, snapshot: Snapshot, ticks: TickWindow | 
     if facts.bucket == EVERY_REPLICA:
         tick = ticks.latest if ticks is not None else None
         return format_tick(tick) if tick else None
-    started = [run for run in snapshot.runs if run.outcome != MISSED]
+    started = [run for run in snapshot.runs if run.outcome != MISSED and not run.pending]
     if facts.bucket == SINGLE_OWNER:
         newest = _newest(started)
         return newest.start if newest else None

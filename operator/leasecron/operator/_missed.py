@@ -271,6 +271,8 @@ def verdict(
     """What is known of due tick `tick`: RAN, RECORDED_MISSED, UNCLAIMED, PENDING or
     UNRUN_CLAIM."""
     run = runs.get(jobrun_name(facts.ref.name, tick))
+    if run is not None and run.pending:
+        return PENDING  # a requested run of the tick: awaited, it is no evidence of a run yet
     if run is not None:
         return RECORDED_MISSED if run.outcome == MISSED else RAN
     if not snapshot.claimed(tick):

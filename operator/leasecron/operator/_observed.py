@@ -24,6 +24,7 @@ from leasecron.models.names import parse_tick
 from leasecron.models.specs import Outcome
 
 RUNNING = Outcome.RUNNING.value
+PENDING = Outcome.PENDING.value
 SUCCEEDED = Outcome.SUCCEEDED.value
 MISSED = Outcome.MISSED.value
 
@@ -34,7 +35,8 @@ MEMBER_FALLBACK_S = 15.0
 @dataclass(frozen=True, kw_only=True)
 class RunView:
     """One JobRun. `outcome` is "" while the JobRun carries none yet; `order` sorts runs
-    oldest first (tick, else start, else creation time)."""
+    oldest first (tick, else start, else creation time). `trigger` is Manual or Backfill
+    for a requested run (`models.requests`), "" for the schedule's."""
 
     name: str
     tick: datetime | None
@@ -46,6 +48,12 @@ class RunView:
     message: str
     created: datetime
     resource_version: str
+    trigger: str = ""
+
+    @property
+    def pending(self) -> bool:
+        """A requested run nobody picked up yet: not a run (yet), and not finished."""
+        return self.outcome == PENDING and not self.holder
 
     @property
     def order(self) -> tuple[datetime, str]:
@@ -53,7 +61,7 @@ class RunView:
 
     @property
     def finished(self) -> bool:
-        return self.outcome not in ("", RUNNING)
+        return self.outcome not in ("", RUNNING, PENDING)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -91,6 +99,7 @@ def run_from_object(obj: Mapping[str, Any]) -> RunView:
         message=_text(status.get("message")) or "",
         created=created or datetime(1970, 1, 1, tzinfo=UTC),
         resource_version=str(metadata.get("resourceVersion") or ""),
+        trigger=_text(spec.get("trigger")) or "",
     )
 
 

@@ -73,6 +73,11 @@ def recheck_at(
         deadline = (facts.starting_deadline + JUDGE_GRACE).total_seconds()
         moments.append(memory.unheld_since + deadline)
     moments.extend(m.expires_at for m in snapshot.members if m.live(now_mono))
+    moments.extend(  # a request nobody picked up expires then
+        _mono(snapshot, run.created + facts.starting_deadline) + 0.01
+        for run in snapshot.runs
+        if run.pending
+    )
     future = [moment for moment in moments if moment > now_mono]
     return max(min(future, default=now_mono + MAX_RECHECK_S), now_mono + MIN_RECHECK_S)
 

@@ -35,6 +35,7 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
+from leasecron.models.requests import expiry_message, expiry_patch, read_request
 from leasecron.operator import _bodies, _metrics
 from leasecron.operator import _conditions as c
 from leasecron.operator._facts import Invalid, JobFacts
@@ -253,6 +254,8 @@ class Reconciler:
             self._unwritten_missed[facts.ref.uid] += 1
         for run in plan.history.abandoned:
             await self._abandon(facts, run.name, run.holder)
+        for run in plan.history.expired:
+            await self._expire(facts, run.name)
         for run in plan.history.prune:
             await self.writer.delete_run(namespace=facts.ref.namespace, name=run.name)
             self.world.forget_run(facts.ref.namespace, facts.ref.name, run.name)
@@ -340,6 +343,25 @@ class Reconciler:
             await self.writer.create_event(namespace=ns, body=body)
         except KubeError as e:  # the alarm is also in status, metrics and logs
             _log.warning("could not post event", namespace=ns, job=job, error=repr(e))
+
+    async def _expire(self, facts: JobFacts, name: str) -> None:
+        """Finish a request nobody picked up as `Missed`, conditional on the version seen (a
+        replica's pickup wins over the expiry)."""
+        ns = facts.ref.namespace
+        obj = self.world.run_object(ns, name)
+        request = read_request(obj) if obj is not None else None
+        if request is None or not request.pending:
+            return
+        message = expiry_message(
+            request, handler=facts.handler, starting_deadline=facts.starting_deadline
+        )
+        patch = expiry_patch(request, end=self._clock.now(), message=message)
+        try:
+            self.world.note_run(await self.writer.patch_run(namespace=ns, name=name, patch=patch))
+        except Conflict:
+            return  # picked up (or changed) meanwhile: judged again next pass
+        _log.warning("run request expired", namespace=ns, job=facts.ref.name, run=name)
+        await self._alarm(facts, f"Job {facts.ref.name}: {name}: {message}")
 
     async def _abandon(self, facts: JobFacts, name: str, holder: str) -> None:
         ns = facts.ref.namespace

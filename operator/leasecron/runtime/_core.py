@@ -34,6 +34,7 @@ from leasecron.runtime._membership import Membership
 from leasecron.runtime._observe import RunObserver
 from leasecron.runtime._records import Recorder
 from leasecron.runtime._registry import HandlerRegistry
+from leasecron.runtime._requests import RequestPickup, job_lookup
 from leasecron.runtime._services import Services, Tuning
 
 _log = get_logger("leasecron.runtime")
@@ -129,12 +130,17 @@ class Runtime:
         )
         table = self.table = JobTable(services)
         unsubscribe = jobs_informer.subscribe(table.on_event)
+        pickup = RequestPickup(
+            services, ticks=table.shard_ticks, jobs=job_lookup(jobs_informer, services)
+        )
+        unsubscribe_pickup = jobs_informer.subscribe(lambda _: pickup.resync())
         loop = asyncio.get_running_loop()
 
         def registered() -> None:
             def apply() -> None:
                 services.membership.advertise()
                 table.resync(jobs_informer.items())
+                pickup.resync()
 
             loop.call_soon_threadsafe(apply)
 
@@ -143,6 +149,7 @@ class Runtime:
             if not await self._start(services, jobs_informer, stop, ready):
                 return
             table.shard_ticks.start()
+            pickup.start()
             await table.settled()
             ready(None)
             _log.info(
@@ -156,6 +163,8 @@ class Runtime:
         finally:
             forget()
             unsubscribe()
+            unsubscribe_pickup()
+            await pickup.close(StopReason.STOPPING)
             await self._shutdown(services, table, jobs_informer)
 
     async def _start(

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import functools
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -46,11 +46,12 @@ from leasecron.coordination.groups import GroupRecord
 from leasecron.coordination.locks import SKIP_EXISTS, SKIP_UNAVAILABLE, SKIP_UNCERTAIN
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.kube.errors import KubeError
-from leasecron.models.decisions import SKIP_LIVE_GRANT, rendezvous_rank
+from leasecron.models.decisions import SKIP_LIVE_GRANT, SKIP_TAKEN, rendezvous_rank
 from leasecron.models.groups import GroupState, shard_ref
 from leasecron.models.shards import ShardRef, due_at, shard_key
 from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
 from leasecron.runtime._invoke import RunControl, StopReason
+from leasecron.runtime._overlap import Overlapping, make_way
 from leasecron.runtime._planning import (
     NextTick,
     TickPlan,
@@ -62,6 +63,7 @@ from leasecron.runtime._planning import (
 from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
 from leasecron.runtime._shardfences import RunFence
 from leasecron.runtime._ticks import stop_run
+from leasecron.runtime._timeouts import stop_grace
 
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
@@ -83,6 +85,8 @@ class _Entry:
     not_before: datetime
     next: NextTick | None = None
     running: tuple[asyncio.Task[None], RunControl] | None = None
+    earlier: Overlapping = field(default_factory=Overlapping)
+    """Runs of earlier ticks still going beside `running` (concurrencyPolicy: Allow)."""
     stopped: bool = field(default=False)
     unguarded: OrderedDict[datetime, None] = field(default_factory=OrderedDict)
     placed: tuple[int, ShardRef] | None = None
@@ -219,6 +223,34 @@ class ShardTicks:
         await self._hold_and_run(lock, ref, result, [entry], {job.name: True})
         return True
 
+    async def claim_request(
+        self,
+        job: ScheduledJob,
+        *,
+        wanted: Callable[[], bool],
+        give_up: datetime,
+        body: Callable[[Grant], Awaitable[None]],
+    ) -> Grant | Skipped:
+        """A run request's claim (`_requests`): a new instant, now (above the shard's
+        high-water mark, so its token is above every earlier one), of `job`'s shard through
+        the one claim write, tried again while `wanted()` and until `give_up`; `body(grant)`
+        runs under the grant beside the shard's jobs it overtook."""
+        ref = self.ref_of(job.name)
+        lock, clock = self._lock(ref), self._services.clock
+        while True:
+            instant = clock.now()
+            result = await lock.try_claim(instant)
+            if isinstance(result, Grant):
+                await self._hold_and_run(lock, ref, result, [], {}, also=body)
+                return result
+            left = (give_up - clock.now()).total_seconds()
+            if left <= 0 or not wanted() or result.reason not in (*_RETRIED, SKIP_TAKEN):
+                return result
+            if result.reason == SKIP_LIVE_GRANT:
+                await lock.wait_claimable(instant, timeout=min(left, 1.0))
+            else:  # taken: an instant of ours or another's at or after `now`; a new one
+                await asyncio.sleep(min(left, self._services.tuning.claim_retry))
+
     def note_foreign(self, job: ScheduledJob) -> None:
         """A once-per-tick job of the group whose handler is not registered here: this replica
         does not run it, and steps back from claiming its shard's instants when it is due."""
@@ -275,7 +307,9 @@ class ShardTicks:
             self._group.close()
 
     async def _stop_running(self, entry: _Entry, reason: StopReason) -> None:
-        await stop_run(entry.running, reason=reason, grace=self._services.grace_period)
+        grace = self._services.grace_period
+        runs = [entry.running, *entry.earlier.runs()]
+        await asyncio.gather(*(stop_run(run, reason=reason, grace=grace) for run in runs))
 
     # --- the timer ----------------------------------------------------------------------------
 
@@ -523,6 +557,7 @@ class ShardTicks:
         catch_up: dict[str, bool],
         *,
         settled: asyncio.Future[None] | None = None,
+        also: Callable[[Grant], Awaitable[None]] | None = None,
     ) -> None:
         services, instant = self._services, grant.tick
         async with lock.use(grant):
@@ -539,6 +574,7 @@ class ShardTicks:
             await asyncio.gather(
                 *(self._run_due(e, grant, catch_up=catch_up.get(e.job.name, False)) for e in due),
                 *(self._run_overtaken(e, grant) for e in others),
+                *((also(grant),) if also is not None else ()),
             )
             # atLeastFor: the grant is kept at least that long after its instant.
             hold = max((e.job.spec.lock.at_least_for for e in due), default=timedelta(0))
@@ -629,15 +665,19 @@ class ShardTicks:
             self._run_plan(entry.job, plan, grant, control, start_by=start_by, fresh=fresh),
             name=f"leasecron shard run {entry.job.name}",
         )
+        entry.earlier.keep(entry.running)
         entry.running = (task, control)
         await asyncio.gather(task, return_exceptions=True)
 
     async def _previous_done(self, entry: _Entry, instant: datetime) -> bool:
-        if entry.running is None or entry.running[0].done():
-            return True
+        """Whether `instant` of the job may start beside its runs here (concurrencyPolicy:
+        Forbid waits for them until the instant's startingDeadline, Replace stops them)."""
+        runs = [r for r in (entry.running, *entry.earlier.runs()) if r is not None]
         left = instant + entry.job.spec.starting_deadline - self._services.clock.now()
-        await asyncio.wait([entry.running[0]], timeout=max(0.0, left.total_seconds()))
-        return entry.running[0].done()
+        grace = stop_grace(self._services.grace_period)
+        return await make_way(
+            runs, job=entry.job, tick=instant, grace=grace, wait=left.total_seconds()
+        )
 
     async def _run_plan(
         self,
@@ -712,6 +752,7 @@ class ShardTicks:
         task = asyncio.get_running_loop().create_task(
             run(), name=f"leasecron unguarded run {job.name}"
         )
+        entry.earlier.keep(entry.running)
         entry.running = (task, control)
         await asyncio.gather(task, return_exceptions=True)
 
