@@ -1,0 +1,435 @@
+"""Guards against the real API server: replicas (threads with their own client and identity,
+coroutines on one loop, separate processes) fire the same ticks and exactly one body runs per
+tick with rising tokens; a late trigger, a takeover, an unreachable store and a failing body;
+and with `job=`, JobRuns the operator reads (no alarm for a tick a guard ran, one for a tick
+nobody ran), a token floor and the refusal of a single-owner job."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+from lease_helpers import lease_obj, take_over
+from operator_helpers import StartOperator, apply_job, job_condition, jobruns, poll
+
+from leasecron.kube.clients import Kube
+from leasecron.models.names import jobrun_name
+from leasecron.runtime import (
+    Guard,
+    GuardConfigError,
+    GuardResult,
+    GuardRun,
+    LostLockError,
+    aclose_guards,
+    close_guards,
+    current_run,
+    guard,
+)
+from leasecron.testing import ChildProcess
+from leasecron.testing.faults import Fault, fault_plan
+
+pytestmark = pytest.mark.integration
+REPLICAS = 3
+ROUNDS = 5
+LEASE = "leasecron-guard-send-reminders"
+TAKEN = {"taken", "live_grant", "conflict", "exists"}
+"""The reasons of a replica that lost the tick to another one."""
+REPLICA_SCRIPT = Path(__file__).with_name("_guard_replica.py")
+
+
+@pytest.fixture(autouse=True)
+def _closed_guards() -> Iterator[None]:
+    """Every test starts and ends without guard caches or grants left in this process."""
+    yield
+    close_guards()
+
+
+@pytest.fixture
+def kubes(kube_api: ApiClient, leasecron_crds: list[str]) -> list[Kube]:
+    """One client per replica (each with its own Lease cache, as separate pods have), with
+    the CRDs installed."""
+    return [Kube(kube_api, max_workers=4) for _ in range(REPLICAS)]
+
+
+def recent_ticks(count: int) -> list[datetime]:
+    """`count` distinct whole-second ticks ending now (within any starting deadline)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    return [now - timedelta(seconds=count - i) for i in range(count)]
+
+
+def fire_together(
+    calls: list[Callable[[], GuardResult[Any]]],
+) -> list[GuardResult[Any]]:
+    """Call each of `calls` in its own thread at the same moment; their results in order."""
+    barrier = threading.Barrier(len(calls))
+    results: list[GuardResult[Any] | None] = [None] * len(calls)
+
+    def fire(index: int) -> None:
+        barrier.wait()
+        results[index] = calls[index]()
+
+    threads = [threading.Thread(target=fire, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert all(result is not None for result in results)
+    return [result for result in results if result is not None]
+
+
+def assert_one_body_per_tick(rounds: list[list[GuardResult[Any]]]) -> list[int]:
+    """Each round ran exactly once, the others lost it to that run; the tokens it ran with."""
+    tokens = []
+    for results in rounds:
+        ran = [r for r in results if r.ran]
+        assert len(ran) == 1, results
+        assert {r.reason for r in results if not r.ran} <= TAKEN, results
+        assert ran[0].token is not None and ran[0].value == ran[0].holder
+        tokens.append(ran[0].token)
+    return tokens
+
+
+def test_three_threaded_replicas_firing_the_same_ticks_run_each_body_once_with_rising_tokens(
+    kubes: list[Kube], namespace: str
+) -> None:
+    current: list[datetime] = []
+    bodies: Counter[datetime] = Counter()
+    lock = threading.Lock()
+
+    def make(index: int) -> Callable[[], GuardResult[str]]:
+        @guard(
+            "send-reminders",
+            tick=lambda: current[-1],
+            namespace=namespace,
+            kube=kubes[index],
+            identity=f"replica-{index}",
+            at_most_for="3s",
+        )
+        def send_reminders() -> str:
+            run = current_run()
+            run.assert_held()
+            with lock:
+                bodies[run.tick] += 1
+            return run.holder
+
+        return send_reminders
+
+    replicas = [make(i) for i in range(REPLICAS)]
+    rounds = []
+    for tick in recent_ticks(ROUNDS):
+        current.append(tick)
+        rounds.append(fire_together(list(replicas)))
+    tokens = assert_one_body_per_tick(rounds)
+    assert tokens == sorted(set(tokens))  # strictly increasing across ticks
+    assert bodies == Counter(current)
+    assert [r.tick for r in rounds[0]] == [current[0]] * REPLICAS
+
+
+def test_a_replica_whose_trigger_fires_after_the_tick_ran_skips_it_as_taken(
+    kubes: list[Kube], namespace: str
+) -> None:
+    (tick,) = recent_ticks(1)
+    early = Guard("send-reminders", namespace=namespace, kube=kubes[0], identity="early")
+    late = Guard("send-reminders", namespace=namespace, kube=kubes[1], identity="late")
+    with early.claim(tick=tick) as run:
+        assert run and run.token is not None
+    assert lease_obj_holder_released(kubes[1], namespace)
+    with late.claim(tick=tick) as again:
+        assert not again
+        assert again.reason == "taken"
+        with pytest.raises(LostLockError, match="not claimed"):
+            again.assert_held()
+    with late.claim(tick=tick + timedelta(seconds=1)) as nxt:
+        assert nxt and nxt.token is not None and nxt.token > (run.token or 0)
+
+
+def lease_obj_holder_released(kube: Kube, namespace: str) -> bool:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
+    obj = kube.request_sync("GET", path)
+    return bool(obj["spec"].get("holderIdentity", "") == "")
+
+
+def test_async_replicas_on_one_loop_run_each_tick_once_and_see_their_run_inside(
+    kubes: list[Kube], namespace: str
+) -> None:
+    async def scenario() -> list[list[GuardResult[str]]]:
+        current: list[datetime] = []
+
+        def make(index: int) -> Callable[[], Any]:
+            @guard(
+                "send-reminders",
+                tick=lambda: current[-1],
+                namespace=namespace,
+                kube=kubes[index],
+                identity=f"replica-{index}",
+            )
+            async def send_reminders() -> str:
+                await asyncio.sleep(0)
+                run = current_run()
+                run.assert_held()
+                return run.holder
+
+            return send_reminders
+
+        replicas = [make(i) for i in range(REPLICAS)]
+        rounds = []
+        try:
+            for tick in recent_ticks(ROUNDS):
+                current.append(tick)
+                rounds.append(list(await asyncio.gather(*(r() for r in replicas))))
+        finally:
+            await aclose_guards()
+        return rounds
+
+    rounds = asyncio.run(scenario())
+    tokens = assert_one_body_per_tick(rounds)
+    assert tokens == sorted(set(tokens))
+
+
+def still_held(run: GuardRun) -> bool:
+    return run.held
+
+
+def test_the_async_context_manager_yields_the_held_run_and_releases_it_on_exit(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    (tick,) = recent_ticks(1)
+    g = Guard("send-reminders", namespace=namespace, kube=kubes[0], identity="solo")
+
+    async def scenario() -> int | None:
+        try:
+            async with g.claim(tick=tick) as run:
+                assert run and current_run() is run
+                assert run.tick == tick and still_held(run)
+                assert lease_obj(kube_api, namespace, LEASE)["spec"]["holderIdentity"] == "solo"
+            assert not still_held(run)
+            return run.token
+        finally:
+            await aclose_guards()
+
+    token = asyncio.run(scenario())
+    spec = lease_obj(kube_api, namespace, LEASE)["spec"]
+    assert (spec.get("holderIdentity", ""), spec["leaseTransitions"]) == ("", token)
+
+
+def test_assert_held_raises_inside_the_body_once_another_holder_takes_the_lease(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    taken_over = threading.Event()
+
+    @guard("send-reminders", every="1s", namespace=namespace, kube=kubes[0], at_most_for="2s")
+    def send_reminders() -> None:
+        run = current_run()
+        run.assert_held()
+        take_over(kube_api, namespace, LEASE, holder="intruder", transitions=99)
+        assert run.lost.wait(10)
+        taken_over.set()
+        run.assert_held()
+
+    with pytest.raises(LostLockError, match="intruder"):
+        send_reminders()
+    assert taken_over.is_set()
+    assert lease_obj(kube_api, namespace, LEASE)["spec"]["holderIdentity"] == "intruder"
+
+
+def test_the_bodys_exception_propagates_after_its_grant_is_released(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    @guard("send-reminders", every="1s", namespace=namespace, kube=kubes[0], identity="solo")
+    def send_reminders() -> None:
+        raise ValueError("mail server down")
+
+    with pytest.raises(ValueError, match="mail server down"):
+        send_reminders()
+    assert lease_obj(kube_api, namespace, LEASE)["spec"].get("holderIdentity", "") == ""
+
+
+def test_an_unreachable_store_is_a_store_unavailable_skip_and_the_guard_resumes_after(
+    kubes: list[Kube], namespace: str
+) -> None:
+    first, later = recent_ticks(2)
+    g = Guard("send-reminders", namespace=namespace, kube=kubes[0], identity="solo")
+    down = Fault(action="fail")
+    with fault_plan(kubes[0]).injected(down), g.claim(tick=first) as run:
+        assert (run.ran, run.reason) == (False, "store_unavailable")  # no cache could start
+    with g.claim(tick=first) as run:
+        assert run
+    with fault_plan(kubes[0]).injected(down), g.claim(tick=later) as run:
+        assert (run.ran, run.reason) == (False, "store_unavailable")  # the write is not sent
+    with g.claim(tick=later) as run:
+        assert run
+
+
+def test_a_guard_that_knows_no_tick_says_how_to_give_one(kubes: list[Kube], namespace: str) -> None:
+    g = Guard("send-reminders", namespace=namespace, kube=kubes[0])
+    with pytest.raises(GuardConfigError, match="does not know which tick"):
+        g.claim_sync()
+
+
+# --- separate processes -------------------------------------------------------------------
+
+
+def test_three_replica_processes_run_each_tick_once(
+    kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=6)
+    lines: list[dict[str, Any]] = []
+    seen = threading.Lock()
+
+    def on_line(data: dict[str, Any], received: float) -> None:
+        with seen:
+            lines.append(data)
+
+    processes = [
+        ChildProcess(
+            name=f"replica-{i}",
+            argv=[
+                *(sys.executable, str(REPLICA_SCRIPT), namespace, f"replica-{i}"),
+                *(start.isoformat(), str(ROUNDS)),
+            ],
+            log_path=tmp_path / f"replica-{i}.log",
+            env={"KUBECONFIG": str(kubeconfig)},
+            on_line=on_line,
+        )
+        for i in range(REPLICAS)
+    ]
+    try:
+        for process in processes:
+            assert process.wait_exit(timeout=60) == 0, process.log_tail()
+            assert process.join_reader(timeout=10)
+    finally:
+        for process in processes:
+            process.kill()
+    by_tick: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_tick.setdefault(line["tick"], []).append(line)
+    assert len(lines) == REPLICAS * ROUNDS and len(by_tick) >= ROUNDS, by_tick
+    tokens = []
+    for tick, calls in sorted(by_tick.items()):
+        ran = [call for call in calls if call["ran"]]
+        assert len(ran) == 1, (tick, calls)
+        assert {call["reason"] for call in calls if not call["ran"]} <= TAKEN, (tick, calls)
+        tokens.append(ran[0]["token"])
+    assert tokens == sorted(set(tokens))
+
+
+# --- with a ScheduledJob ------------------------------------------------------------------
+
+
+def run_record(kube_api: ApiClient, namespace: str, job: str, tick: datetime) -> dict[str, Any]:
+    name = jobrun_name(job, tick)
+    found = [r for r in jobruns(kube_api, namespace) if r["metadata"]["name"] == name]
+    assert found, f"no JobRun {name}"
+    return found[0]
+
+
+def test_a_job_guard_records_one_jobrun_per_run_and_another_replica_skips(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    apply_job(kube_api, namespace, "report", schedule="@every 1s", startingDeadline="30s")
+    first, second = (
+        Guard("report", job="report", namespace=namespace, kube=kubes[i], identity=f"r{i}")
+        for i in range(2)
+    )
+    (tick,) = recent_ticks(1)
+    with first.claim(tick=tick) as run:
+        assert run
+        running = run_record(kube_api, namespace, "report", tick)
+        assert running["status"]["outcome"] == "Running"
+        with second.claim(tick=tick) as other:
+            assert (other.ran, other.reason) == (False, "taken")
+    record = run_record(kube_api, namespace, "report", tick)
+    assert record["spec"]["holder"] == "r0"
+    assert record["spec"]["fencingToken"] == run.token
+    assert record["status"]["outcome"] == "Succeeded"
+    assert record["metadata"]["ownerReferences"][0]["name"] == "report"
+    lease = lease_obj(kube_api, namespace, "leasecron-guard-report")
+    assert lease["metadata"]["labels"]["leasecron.dev/role"] == "guard"
+
+
+def test_a_job_guards_lease_starts_above_the_highest_token_the_job_has_on_record(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str, one_run: str
+) -> None:
+    used = max(r["spec"]["fencingToken"] for r in jobruns(kube_api, namespace))
+    g = Guard("report-guard", job=one_run, namespace=namespace, kube=kubes[0], identity="solo")
+    assert g.settings.lease == "leasecron-guard-report-guard"
+    with g.claim() as run:
+        assert run and run.token is not None
+        assert run.token > used
+
+
+def test_a_failing_body_is_recorded_failed_with_its_error(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    apply_job(kube_api, namespace, "report", schedule="@every 1s", startingDeadline="30s")
+    g = Guard("report", job="report", namespace=namespace, kube=kubes[0], identity="solo")
+    (tick,) = recent_ticks(1)
+    with pytest.raises(ValueError, match="disk full"), g.claim(tick=tick):
+        raise ValueError("disk full")
+    record = run_record(kube_api, namespace, "report", tick)
+    assert record["status"]["outcome"] == "Failed"
+    assert record["status"]["message"] == "ValueError: disk full"
+
+
+def test_a_job_guard_on_a_single_owner_job_is_refused_naming_spec_bucket(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    apply_job(kube_api, namespace, "poller", bucket="single-owner")
+    g = Guard("poller", job="poller", namespace=namespace, kube=kubes[0], every=None)
+    with pytest.raises(GuardConfigError, match=r"spec\.bucket \('single-owner'\)"):
+        g.claim_sync()
+
+
+def test_the_operator_alarms_a_tick_nobody_ran_and_not_the_ticks_the_guard_ran(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str, start_operator: StartOperator
+) -> None:
+    with start_operator():
+        apply_job(kube_api, namespace, "ping", schedule="@every 1s", startingDeadline="2s")
+        g = Guard("ping", job="ping", namespace=namespace, kube=kubes[0], identity="pinger")
+        stop = threading.Event()
+        ran: list[datetime] = []
+
+        @g
+        def ping() -> None:
+            ran.append(current_run().tick)
+
+        def timer() -> None:  # the application's own scheduler: a call every 0.5 s
+            while not stop.wait(0.5):
+                ping()
+
+        def on_schedule() -> str | None:
+            found = job_condition(kube_api, namespace, "ping", "OnSchedule")
+            return f"{found['status']}/{found['reason']}" if found else None
+
+        thread = threading.Thread(target=timer)
+        thread.start()
+        try:
+            poll(lambda: len(ran) >= 6, timeout=30, what="six ticks run by the guard")
+            poll(lambda: on_schedule() == "True/RunsStarted", timeout=15, what="on schedule")
+        finally:
+            stop.set()
+            thread.join(10)
+        last = max(ran)
+
+        def missed() -> list[dict[str, Any]]:
+            return [
+                r
+                for r in jobruns(kube_api, namespace)
+                if r["status"].get("outcome") == "Missed"
+                and datetime.fromisoformat(r["spec"]["tick"]) > last
+            ]
+
+        poll(missed, timeout=30, what="a tick after the guard stopped recorded Missed")
+        poll(lambda: on_schedule() == "False/MissedRun", timeout=15, what="flagged MissedRun")
+    records = {r["spec"]["tick"]: r for r in jobruns(kube_api, namespace)}
+    for tick in ran:
+        record = records[tick.strftime("%Y-%m-%dT%H:%M:%SZ")]
+        assert (record["status"]["outcome"], record["spec"]["holder"]) == ("Succeeded", "pinger")
