@@ -152,9 +152,17 @@ class JobRun(BaseModel):
         spec = JobRunSpec(job=job, holder=holder, fencing_token=fencing_token, start=start)
         return cls(name=term_jobrun_name(job, fencing_token), namespace=namespace, spec=spec)
 
-    def finish(self, *, outcome: Outcome, end: datetime, message: str = "") -> JobRun:
-        """A copy with the final outcome, end time, message and duration."""
-        status = JobRunStatus(outcome=outcome, end=end, message=message)
+    def finish(
+        self,
+        *,
+        outcome: Outcome,
+        end: datetime,
+        message: str = "",
+        attempts: tuple[Attempt, ...] | None = None,
+    ) -> JobRun:
+        """A copy with the final outcome, end time, message, duration and (for a retried
+        run) its attempts."""
+        status = JobRunStatus(outcome=outcome, end=end, message=message, attempts=attempts or None)
         if self.spec.start is not None and status.end is not None:
             elapsed = max(status.end - self.spec.start, timedelta(0))
             status = status.model_copy(
@@ -162,6 +170,12 @@ class JobRun(BaseModel):
                     "duration": timedelta(milliseconds=round(elapsed / timedelta(milliseconds=1)))
                 }
             )
+        return self.model_copy(update={"status": status})
+
+    def retrying(self, *, attempts: tuple[Attempt, ...], message: str) -> JobRun:
+        """A copy still Running, between two attempts of a retried run: the attempts so far
+        and a message saying what comes next."""
+        status = JobRunStatus(outcome=Outcome.RUNNING, message=message, attempts=attempts or None)
         return self.model_copy(update={"status": status})
 
     def to_resource(self, *, job_uid: str | None = None) -> dict[str, Any]:

@@ -35,7 +35,9 @@ class JobContext:
     leaseTransitions of this grant); None for every-replica runs and unguarded runs.
     `lost` (a threading.Event that can also be awaited with `wait_async`) is set when the
     handler must stop: the grant was lost, the job was deleted or suspended (single-owner),
-    or the scheduler is shutting down.
+    or the scheduler is shutting down, the attempt ran past the job's spec.timeout, or a
+    later tick replaces the run (concurrencyPolicy: Replace). `attempt` counts the attempts
+    of a retried run (spec.retry) from 1; every attempt of a tick has the same token.
     """
 
     job: str
@@ -46,6 +48,7 @@ class JobContext:
     token: int | None = None
     handler: str = ""
     unguarded: bool = False
+    attempt: int = 1
     lost: LostEvent = field(default_factory=LostEvent)
     logger: Any = field(default_factory=_default_logger)
     held: Callable[[], bool] | None = field(default=None, repr=False)

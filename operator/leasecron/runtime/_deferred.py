@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from leasecron._logs import get_logger
 from leasecron.kube.errors import AlreadyExists, KubeError
-from leasecron.models.specs import JobRun, Outcome, ScheduledJob
+from leasecron.models.specs import Attempt, JobRun, Outcome, ScheduledJob
 
 if TYPE_CHECKING:
     from leasecron.runtime._records import Recorder
@@ -46,6 +46,8 @@ class DeferredRun:
     run: JobRun
     job_uid: str | None
     final: JobRun | None = None
+    latest: JobRun | None = None
+    """The attempts so far of a retried run, not written yet (while it still goes)."""
     created: bool = False
     done: bool = False
     queued: bool = field(default=True)
@@ -101,9 +103,27 @@ class DeferredRecords:
         self._pending.add(entry)
         self._queue(entry)
 
-    def finish(self, entry: DeferredRun, *, outcome: Outcome, message: str, now: datetime) -> None:
+    def finish(
+        self,
+        entry: DeferredRun,
+        *,
+        outcome: Outcome,
+        message: str,
+        now: datetime,
+        attempts: tuple[Attempt, ...] | None = None,
+    ) -> None:
         """The run ended: its final status goes out with the create, or as a patch after it."""
-        entry.final = entry.run.finish(outcome=outcome, end=now, message=message)
+        entry.final = entry.run.finish(outcome=outcome, end=now, message=message, attempts=attempts)
+        entry.latest = None
+        if entry.created and not entry.queued:
+            self._queue(entry)
+
+    def progress(self, entry: DeferredRun, *, attempts: tuple[Attempt, ...], message: str) -> None:
+        """A retried run's attempts so far (still Running): patched after the create, in
+        order with the final status (one write at a time per record)."""
+        if entry.final is not None:
+            return
+        entry.latest = entry.run.retrying(attempts=attempts, message=message)
         if entry.created and not entry.queued:
             self._queue(entry)
 
@@ -154,14 +174,23 @@ class DeferredRecords:
             delay = _RETRY_FIRST
             if entry.done:
                 self._pending.discard(entry)
-            elif entry.final is not None and not entry.queued:
-                self._queue(entry)  # the run ended while its create was on the way
+            elif (entry.final or entry.latest) is not None and not entry.queued:
+                self._queue(entry)  # the run ended (or retried) while its create was on the way
             self._recorder.update_backlog()
         if not self._todo and all(t.done() or t is asyncio.current_task() for t in self._writers):
             self._drained.set()
 
     async def _write(self, entry: DeferredRun) -> None:
         recorder = self._recorder
+        if entry.created and entry.final is None:
+            latest, entry.latest = entry.latest, None
+            if latest is not None:
+                try:
+                    await recorder.patch_final(latest)
+                except (KubeError, TimeoutError):
+                    entry.latest = entry.latest or latest
+                    raise
+            return
         if entry.created:
             assert entry.final is not None
             await recorder.patch_final(entry.final)

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
@@ -30,6 +31,7 @@ from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._registry import RegisteredHandler
+from leasecron.runtime._timeouts import Timeout
 
 
 class StopReason(StrEnum):
@@ -38,6 +40,8 @@ class StopReason(StrEnum):
     LOST = "lost"  # the grant was lost, or would expire before it could be renewed
     STOPPING = "stopping"  # the scheduler is shutting down
     REMOVED = "removed"  # the job was deleted, suspended (single-owner) or moved elsewhere
+    TIMED_OUT = "timed_out"  # the attempt ran longer than the job's spec.timeout
+    REPLACED = "replaced"  # a later tick of the job replaces it (concurrencyPolicy: Replace)
 
 
 @dataclass(frozen=True)
@@ -205,34 +209,66 @@ class HandlerRun:
 class RunControl:
     """The way in to one dispatch's handler from outside: `request_stop(reason, grace)` asks
     the running handler (now, or as soon as one starts) to stop, and gives up on it after
-    `grace` seconds. One per dispatch; the dispatcher runs its handlers through `run()`."""
+    `grace` seconds. One per dispatch; the dispatcher runs its handlers through `run()`.
+    Each attempt of a retried run gets its own `attempt()` control, which the dispatch's
+    stop reaches and whose own stop (a timeout) leaves the dispatch going."""
 
     def __init__(self) -> None:
         self.reason: StopReason | None = None
         self.grace = 0.0
+        self.note = ""
+        """What the stop is about, for the run's message ("after 30s", "by tick T")."""
         self._stop = asyncio.Event()
+        self._attempts: weakref.WeakSet[RunControl] = weakref.WeakSet()
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def request_stop(self, reason: StopReason, *, grace: float) -> None:
+    def request_stop(self, reason: StopReason, *, grace: float, note: str = "") -> None:
         """Ask for a stop; the first reason wins."""
         if not self._stop.is_set():
-            self.reason, self.grace = reason, grace
+            self.reason, self.grace, self.note = reason, grace, note
             self._stop.set()
+            for attempt in list(self._attempts):
+                attempt.request_stop(reason, grace=grace, note=note)
 
-    async def run(self, call: HandlerRun, *, observe_lag: bool = True) -> HandlerEnd:
-        """Start `call` and wait for its end, stopping it when a stop is requested."""
+    def attempt(self) -> RunControl:
+        """A control for one attempt under this one: stopped whenever this one is."""
+        child = RunControl()
+        if self.reason is not None:
+            child.request_stop(self.reason, grace=self.grace, note=self.note)
+        else:
+            self._attempts.add(child)
+        return child
+
+    async def wait_stopped(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to `timeout` seconds for a stop request; True when there is one."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout)
+        return self.stopping
+
+    async def run(
+        self,
+        call: HandlerRun,
+        *,
+        observe_lag: bool = True,
+        limit: Timeout | None = None,
+    ) -> HandlerEnd:
+        """Start `call` and wait for its end, stopping it when a stop is requested, or once
+        it ran `limit.seconds` (reason TIMED_OUT, then `limit.grace` seconds to stop)."""
         call.start(observe_lag=observe_lag)
         ended = asyncio.ensure_future(call.wait())
         stop = asyncio.ensure_future(self._stop.wait())
+        seconds = limit.seconds if limit is not None else None
         try:
-            await asyncio.wait([ended, stop], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([ended, stop], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
             if ended.done():
                 end = ended.result()
                 assert end is not None
                 return end
+            if not stop.done() and limit is not None:
+                self.request_stop(StopReason.TIMED_OUT, grace=limit.grace, note=limit.note)
             return await call.stop(grace=self.grace)
         except asyncio.CancelledError:
             call.interrupt()

@@ -26,7 +26,7 @@ from leasecron._metrics import RECORD_BACKLOG, RUNS
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, OutcomeUnknown
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
-from leasecron.models.specs import JobRun, Outcome, ScheduledJob
+from leasecron.models.specs import Attempt, JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._deferred import DeferredRecords
 from leasecron.runtime._invoke import HandlerEnd, StopReason
@@ -41,28 +41,54 @@ def describe_error(error: BaseException) -> str:
 
 
 def outcome_of(
-    end: HandlerEnd, *, reason: StopReason | None, unguarded: bool, term: bool
+    end: HandlerEnd,
+    *,
+    reason: StopReason | None,
+    unguarded: bool,
+    term: bool,
+    note: str = "",
 ) -> tuple[Outcome, str]:
     """The recorded outcome and message of a run that ended as `end`, interrupted for
-    `reason` (None: not interrupted). A term that ends on handover or shutdown succeeded;
-    a tick that had to be stopped did not."""
+    `reason` (None: not interrupted; `note` says more about it). A term that ends on
+    handover or shutdown succeeded; a tick that had to be stopped did not; one that ran
+    past its timeout timed out, whatever it did once told to stop."""
     if reason is StopReason.LOST:
         detail = f" ({describe_error(end.error)})" if end.error is not None else ""
         return Outcome.LOST_LOCK, f"the grant was lost while the handler ran{detail}"
+    if reason is StopReason.TIMED_OUT and (end.interrupted or end.abandoned):
+        return Outcome.TIMED_OUT, f"the run timed out {note or 'at its spec.timeout'}" + _after(end)
+    if reason is StopReason.REPLACED and (end.interrupted or end.abandoned):
+        return Outcome.FAILED, f"the handler was stopped: replaced {note}".rstrip() + _after(end)
     if end.error is not None:
         return Outcome.FAILED, describe_error(end.error)
     if end.abandoned:
         return Outcome.FAILED, "the handler did not stop within the grace period"
     if reason is not None and end.interrupted and not term:
-        return Outcome.FAILED, f"the handler was stopped: {_why(reason)}"
+        return Outcome.FAILED, f"the handler was stopped: {why_stopped(reason)}"
     return (Outcome.UNGUARDED if unguarded else Outcome.SUCCEEDED), ""
 
 
-def _why(reason: StopReason) -> str:
-    return {
-        StopReason.STOPPING: "the scheduler is shutting down",
-        StopReason.REMOVED: "the job was deleted or changed",
-    }.get(reason, str(reason))
+def _after(end: HandlerEnd) -> str:
+    """What a handler did once told to stop, when it is worth saying."""
+    if end.abandoned:
+        return "; the handler did not stop within the grace period and was given up on"
+    if end.error is not None:
+        return f"; stopping, it raised {describe_error(end.error)}"
+    return ""
+
+
+_STOPPED = {
+    StopReason.LOST: "the grant was lost",
+    StopReason.STOPPING: "the scheduler is shutting down",
+    StopReason.REMOVED: "the job was deleted or changed",
+    StopReason.TIMED_OUT: "the run timed out",
+    StopReason.REPLACED: "a later tick replaced the run",
+}
+
+
+def why_stopped(reason: StopReason | None) -> str:
+    """A stop reason as a run's message says it."""
+    return _STOPPED.get(reason, str(reason)) if reason is not None else "stopped"
 
 
 @dataclass(frozen=True)
@@ -204,15 +230,32 @@ class Recorder:
         """Set the backlog gauge: records not written yet."""
         RECORD_BACKLOG.set(self.deferred.pending)
 
-    async def finish(self, run: JobRun, *, outcome: Outcome, message: str) -> None:
+    async def finish(
+        self,
+        run: JobRun,
+        *,
+        outcome: Outcome,
+        message: str,
+        attempts: tuple[Attempt, ...] | None = None,
+    ) -> None:
         """Patch the run's final status; logged, not raised, when it cannot be written."""
-        finished = run.finish(outcome=outcome, end=self._clock.now(), message=message)
+        finished = run.finish(
+            outcome=outcome, end=self._clock.now(), message=message, attempts=attempts
+        )
         try:
             await self.patch_final(finished)
         except KubeError as e:
             _log.warning(
                 "JobRun outcome not written", jobrun=run.name, outcome=outcome, error=repr(e)
             )
+
+    async def progress(self, run: JobRun, *, attempts: tuple[Attempt, ...], message: str) -> None:
+        """Patch a retried run's attempts so far (still Running); logged, not raised, when it
+        cannot be written (its final status carries every attempt anyway)."""
+        try:
+            await self.patch_final(run.retrying(attempts=attempts, message=message))
+        except KubeError as e:
+            _log.info("JobRun attempts not written", jobrun=run.name, error=repr(e))
 
     def record_later(self, run: JobRun, *, job_uid: str | None) -> None:
         """Write `run` (with its final outcome) once the store answers, with retries; never

@@ -38,6 +38,8 @@ from leasecron.runtime._observe import RunObserver
 from leasecron.runtime._planning import TickPlan
 from leasecron.runtime._records import Recorder, outcome_of
 from leasecron.runtime._registry import HandlerRegistry, RegisteredHandler
+from leasecron.runtime._retries import Attempts, progress_writer
+from leasecron.runtime._timeouts import timeout_of
 
 _log = get_logger("leasecron.runtime")
 
@@ -150,14 +152,15 @@ class Services:
         observe_lag: bool = True,
         start_by: datetime | None = None,
     ) -> HandlerEnd | None:
-        """Run the job's handler once under `control`, not called at all past `start_by`;
-        None when it is not registered."""
+        """Run the job's handler once under `control`, not called at all past `start_by`,
+        stopped at its spec.timeout; None when it is not registered."""
         handler = self.registry.get(job.handler_name)
         if handler is None:
             self.skip(job, "no_handler", tick=ctx.tick)
             return None
         call = self.handler_call(handler, ctx, start_by=start_by)
-        return await control.run(call, observe_lag=observe_lag)
+        timeout = timeout_of(job, grace_period=self.grace_period)
+        return await control.run(call, observe_lag=observe_lag, limit=timeout)
 
     def handler_call(
         self, handler: RegisteredHandler, ctx: JobContext, *, start_by: datetime | None = None
@@ -185,7 +188,7 @@ class Services:
         `notify=False` the caller tells the listeners itself once the outcome is recorded."""
         term = ctx.bucket is Bucket.SINGLE_OWNER
         outcome, message = outcome_of(
-            end, reason=control.reason, unguarded=ctx.unguarded, term=term
+            end, reason=control.reason, unguarded=ctx.unguarded, term=term, note=control.note
         )
         self.recorder.count(job, ctx, outcome, message, notify=notify)
         self.observer.ended(ctx, end, outcome, message)
@@ -255,7 +258,8 @@ class Services:
             ctx.logger.warning(
                 "store unavailable: running unguarded (onStoreUnavailable: RunLocally)"
             )
-        end = await self.run_handler(job, ctx, control, observe_lag=observe_lag, start_by=start_by)
+        attempt = control.attempt()
+        end = await self.run_handler(job, ctx, attempt, observe_lag=observe_lag, start_by=start_by)
         if end is not None and end.late:
             self.skip(job, "deadline", tick=tick)
             if deferred is not None:
@@ -273,22 +277,25 @@ class Services:
             if run is not None:
                 await self.recorder.finish(run, outcome=Outcome.FAILED, message="no handler")
             return None
-        outcome, message = self.report(job, ctx, end, control)
+        started = self.clock.now() - timedelta(seconds=end.duration)
+        progress = progress_writer(self.recorder, run=run, deferred=deferred)
+        tries = Attempts(self, job, control, fence=fence, progress=progress)
+        done = await tries.run(ctx, end, attempt)
+        outcome, message, attempts = done.outcome, done.message, done.attempts
         if deferred is not None:
             self.recorder.deferred.finish(
-                deferred, outcome=outcome, message=message, now=self.clock.now()
+                deferred, outcome=outcome, message=message, now=self.clock.now(), attempts=attempts
             )
         elif run is not None:
-            await self.recorder.finish(run, outcome=outcome, message=message)
+            await self.recorder.finish(run, outcome=outcome, message=message, attempts=attempts)
         elif unguarded:
-            started = self.clock.now() - timedelta(seconds=end.duration)
             later = JobRun.for_tick(
                 job=job.name,
                 tick=tick,
                 holder=self.identity,
                 start=started,
                 namespace=self.namespace,
-            ).finish(outcome=outcome, end=self.clock.now(), message=message)
+            ).finish(outcome=outcome, end=self.clock.now(), message=message, attempts=attempts)
             self.recorder.record_later(later, job_uid=job.uid)
         return outcome
 

@@ -4,10 +4,12 @@ replica, and the every-replica dispatch.
 The loop computes the next tick from the job's schedule in its time zone (`_planning`), waits
 for it plus the job's jitter, and hands it to the bucket's dispatch as a task, so that timing
 never waits on the API server. It re-plans at once when the spec changes, starts nothing while
-the job is suspended, and never overlaps the job with itself on this replica (a tick that
-comes while the previous run still goes waits for it, and starts if it still can by its
-startingDeadline). It does not decide which replica runs a tick: the dispatch does. Jobs
-claimed through shards have no TickWorker: one timer for all of them is `_shards.ShardTicks`.
+the job is suspended, and overlaps the job with itself on this replica only as its
+concurrencyPolicy says (`_overlap`): Forbid, a tick that comes while the previous run still
+goes waits for it and starts if it still can by its startingDeadline; Replace, the same once
+the previous run, told to stop, has ended; Allow, at once. It does not decide which replica
+runs a tick: the dispatch does. Jobs claimed through shards have no TickWorker: one timer for
+all of them is `_shards.ShardTicks`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from leasecron.models.specs import Bucket, CatchUpPolicy, ScheduledJob
+from leasecron.models.specs import Bucket, CatchUpPolicy, ConcurrencyPolicy, ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
+from leasecron.runtime._overlap import Overlapping, going, replace
 from leasecron.runtime._planning import NextTick, jitter_delay, next_tick
 from leasecron.runtime._services import RecordMode, Services
+from leasecron.runtime._timeouts import stop_grace
 
 _MAX_SLEEP = 30.0
 """Long waits are cut into pieces this long, so a wall clock that jumps is noticed."""
@@ -59,6 +63,8 @@ class TickWorker:
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._running: tuple[asyncio.Task[None], RunControl] | None = None
+        self._earlier = Overlapping()
+        """Runs of earlier ticks still going beside `_running` (concurrencyPolicy: Allow)."""
         self._pending: TickOrder | None = None
 
     @property
@@ -93,7 +99,9 @@ class TickWorker:
                 await close()
 
     async def _stop_running(self, reason: StopReason) -> None:
-        await stop_run(self._running, reason=reason, grace=self._services.grace_period)
+        grace = self._services.grace_period
+        runs = [self._running, *self._earlier.runs()]
+        await asyncio.gather(*(stop_run(run, reason=reason, grace=grace) for run in runs))
 
     async def _loop(self) -> None:
         clock = self._services.clock
@@ -119,12 +127,17 @@ class TickWorker:
         if order.job.spec.suspend:
             self._services.skip(order.job, "suspended", tick=order.tick)
             return
-        if self._running is not None and not self._running[0].done():
-            # Never overlap: keep the newest tick to start when this run ends, if it still
-            # can by then (its startingDeadline); an older waiting tick is dropped.
+        policy = order.job.spec.concurrency_policy
+        if going(self._running) and policy is not ConcurrencyPolicy.ALLOW:
+            # Forbid: keep the newest tick to start when this run ends, if it still can by
+            # then (its startingDeadline); an older waiting tick is dropped. Replace: the
+            # same, once the run, told to stop, has ended (within the stop grace).
             if self._pending is not None:
                 self._services.skip(self._pending.job, "overlap", tick=self._pending.tick)
             self._pending = order
+            if policy is ConcurrencyPolicy.REPLACE and self._running is not None:
+                grace = stop_grace(self._services.grace_period)
+                replace(self._running, tick=order.tick, grace=grace)
             return
         self._launch(order)
 
@@ -134,9 +147,12 @@ class TickWorker:
             self._dispatch(order, control), name=f"leasecron tick {order.job.name}"
         )
         task.add_done_callback(self._ran)
+        self._earlier.keep(self._running)
         self._running = (task, control)
 
-    def _ran(self, _: asyncio.Task[None]) -> None:
+    def _ran(self, task: asyncio.Task[None]) -> None:
+        if self._running is not None and self._running[0] is not task:
+            return  # an earlier run of an Allow job; the newest one still goes
         pending, self._pending = self._pending, None
         if pending is None or self._loop_task is None:
             return
