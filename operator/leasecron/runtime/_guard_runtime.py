@@ -10,8 +10,9 @@ Sync callers share one process-wide `BackgroundLoop` and its runtime (`backgroun
 async callers get the runtime of their running loop (`for_running_loop()`). `close_guards()`
 (also run at exit) releases the grants and stops the caches of the background runtime and of
 runtimes on loops running in other threads; `aclose_guards()` closes the running loop's. No
-signal handlers are installed. A cache that cannot be started (store unreachable) raises, and
-is tried again by the next call.
+signal handlers are installed. A forked child starts with none of its parent's runtimes
+(and, for guards given no identity, an identity of its own). A cache that cannot be started
+(store unreachable) raises, and is tried again by the next call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
@@ -249,4 +251,14 @@ def close_guards() -> None:
             future.result(CLOSE_TIMEOUT)
 
 
+def _forget_after_fork() -> None:
+    """A forked child has none of its parent's threads or loops: its guards start afresh
+    (the parent's grants stay the parent's)."""
+    global _background, _background_runtime, _guard, _loop_runtimes
+    _guard = threading.Lock()
+    _background = _background_runtime = None
+    _loop_runtimes = weakref.WeakKeyDictionary()
+
+
 atexit.register(close_guards)
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -16,6 +16,7 @@ is truncated to its second.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from leasecron.models.configs import ConfigError, DurationLike, LockConfig, to_timedelta
 from leasecron.models.durations import format_duration
+from leasecron.models.identity import make_identity
 from leasecron.models.names import dns_name
 from leasecron.models.schedules import Schedule, ScheduleError
 
@@ -39,6 +41,23 @@ _LOCK_FIELDS = {"atMostFor": "at_most_for", "atLeastFor": "at_least_for"}
 
 TickSource = Callable[[], datetime | None]
 """Returns the caller's scheduled fire time of the current call (None: not known)."""
+
+
+_process: list[str] = []
+
+
+def process_identity() -> str:
+    """The identity of this process's guards that were given none (made on first use)."""
+    if not _process:
+        _process.append(make_identity())
+    return _process[0]
+
+
+def _forget_process_identity() -> None:
+    _process.clear()
+
+
+os.register_at_fork(after_in_child=_forget_process_identity)
 
 
 class GuardConfigError(ValueError):
@@ -124,7 +143,8 @@ class GuardSettings:
 
     name: str
     namespace: str
-    identity: str
+    given_identity: str | None
+    """The identity given to the guard; None: the process's (see `identity`)."""
     schedule: Schedule | None
     tick_source: TickSource | None
     job: str | None
@@ -136,13 +156,19 @@ class GuardSettings:
     def lease(self) -> str:
         return lease_name(self.name)
 
+    @property
+    def identity(self) -> str:
+        """The holder this guard writes: the given identity, else the process's own (one
+        per process incarnation, made again in a forked child)."""
+        return self.given_identity or process_identity()
+
     @classmethod
     def build(
         cls,
         name: object,
         *,
         namespace: str,
-        identity: str,
+        identity: str | None,
         every: DurationLike | None,
         cron: str | None,
         time_zone: str | None,
@@ -165,7 +191,7 @@ class GuardSettings:
             return cls._for_job(
                 checked,
                 namespace=namespace,
-                identity=identity,
+                given_identity=identity,
                 job=job,
                 tick=tick,
                 stagger=spread,
@@ -192,7 +218,7 @@ class GuardSettings:
         return cls(
             name=checked,
             namespace=namespace,
-            identity=identity,
+            given_identity=identity,
             schedule=parse_schedule(every=every, cron=cron, time_zone=time_zone),
             tick_source=tick,
             job=None,
@@ -211,7 +237,7 @@ class GuardSettings:
         name: str,
         *,
         namespace: str,
-        identity: str,
+        given_identity: str | None,
         job: str,
         tick: TickSource | None,
         stagger: timedelta,
@@ -228,7 +254,7 @@ class GuardSettings:
         return cls(
             name=name,
             namespace=namespace,
-            identity=identity,
+            given_identity=given_identity,
             schedule=None,
             tick_source=tick,
             job=job,

@@ -68,7 +68,6 @@ from leasecron._logs import get_logger
 from leasecron.kube.clients import Kube
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import DurationLike
-from leasecron.models.identity import make_identity
 from leasecron.runtime._environment import default_namespace, resolve_identity
 from leasecron.runtime._guard_engine import Engine
 from leasecron.runtime._guard_runs import GuardResult, GuardRun, enter, leave
@@ -84,17 +83,6 @@ from leasecron.runtime._guard_settings import (
 P = ParamSpec("P")
 R = TypeVar("R")
 _log = get_logger("leasecron.runtime.guards")
-_process_identity: str | None = None
-
-
-def _identity(identity: str | None) -> str:
-    """The given identity, else one per process shared by its guards."""
-    global _process_identity
-    if identity is not None:
-        return resolve_identity(identity)
-    if _process_identity is None:
-        _process_identity = make_identity()
-    return _process_identity
 
 
 class Guard:
@@ -124,7 +112,7 @@ class Guard:
         self.settings = GuardSettings.build(
             name,
             namespace=namespace or default_namespace(),
-            identity=_identity(identity),
+            identity=resolve_identity(identity) if identity is not None else None,
             every=every,
             cron=cron,
             time_zone=time_zone,
