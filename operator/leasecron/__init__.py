@@ -42,18 +42,49 @@ if TYPE_CHECKING:
     from leasecron.coordination import LostLockError
     from leasecron.models.configs import ConfigError
     from leasecron.models.specs import Bucket
-    from leasecron.runtime import JobContext, RunOutcome, RunResult, Scheduler, Tuning
+    from leasecron.runtime import (
+        Guard,
+        GuardConfigError,
+        GuardResult,
+        GuardRun,
+        JobContext,
+        RunEvent,
+        RunEventKind,
+        RunHook,
+        RunOutcome,
+        RunResult,
+        Scheduler,
+        Tuning,
+        aclose_guards,
+        close_guards,
+        current_run,
+        guard,
+    )
 
+_RUNTIME = (
+    "Guard",
+    "GuardConfigError",
+    "GuardResult",
+    "GuardRun",
+    "JobContext",
+    "RunEvent",
+    "RunEventKind",
+    "RunHook",
+    "RunOutcome",
+    "RunResult",
+    "Scheduler",
+    "Tuning",
+    "aclose_guards",
+    "close_guards",
+    "current_run",
+    "guard",
+)
 _EXPORTS = {
+    **dict.fromkeys(_RUNTIME, "leasecron.runtime"),
     "Bucket": "leasecron.models.specs",
     "ConfigError": "leasecron.models.configs",
-    "JobContext": "leasecron.runtime",
     "LostLockError": "leasecron.coordination",
     "MetricsServer": "leasecron._metrics",
-    "RunOutcome": "leasecron.runtime",
-    "RunResult": "leasecron.runtime",
-    "Scheduler": "leasecron.runtime",
-    "Tuning": "leasecron.runtime",
     "serve_metrics": "leasecron._metrics",
 }
 
@@ -80,14 +111,25 @@ _MOVED = {
 __all__ = [
     "Bucket",
     "ConfigError",
+    "Guard",
+    "GuardConfigError",
+    "GuardResult",
+    "GuardRun",
     "JobContext",
     "LostLockError",
     "MetricsServer",
+    "RunEvent",
+    "RunEventKind",
+    "RunHook",
     "RunOutcome",
     "RunResult",
     "Scheduler",
     "Tuning",
     "__version__",
+    "aclose_guards",
+    "close_guards",
+    "current_run",
+    "guard",
     "serve_metrics",
 ]
 

@@ -57,3 +57,11 @@ def test_importing_leasecron_imports_neither_the_runtime_nor_the_kubernetes_clie
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_top_level_exports_the_scheduler_the_guard_and_the_run_hooks() -> None:
+    import leasecron.runtime
+
+    for name in ("Scheduler", "JobContext", "guard", "Guard", "GuardResult", "RunEvent"):
+        assert getattr(leasecron, name) is getattr(leasecron.runtime, name)
+    assert set(leasecron.runtime.__all__) <= set(leasecron.__all__)
