@@ -66,6 +66,7 @@ class Runtime:
         self._registry = registry
         self._given_kube = kube
         self.table: JobTable | None = None
+        self.requests: RequestPickup | None = None
 
     async def serve(self, stop: asyncio.Event, ready: Ready) -> None:
         async with self.resources() as services:
@@ -130,7 +131,7 @@ class Runtime:
         )
         table = self.table = JobTable(services)
         unsubscribe = jobs_informer.subscribe(table.on_event)
-        pickup = RequestPickup(
+        pickup = self.requests = RequestPickup(
             services, ticks=table.shard_ticks, jobs=job_lookup(jobs_informer, services)
         )
         unsubscribe_pickup = jobs_informer.subscribe(lambda _: pickup.resync())

@@ -166,6 +166,14 @@ class RequestPickup:
         if self._pickups.get(name) is task:
             del self._pickups[name]
 
+    def settled(self, name: str) -> bool:
+        """Whether this replica saw request `name` finished and is done with it (for tests
+        and probes: no pickup of it goes here any more)."""
+        obj = self.informer.get(self._services.namespace, name)
+        request = read_request(obj) if obj is not None else None
+        done = request is not None and request.outcome.finished
+        return done and name not in self._pickups and name not in self._running
+
     def _current(self, name: str) -> Request | None:
         obj = self.informer.get(self._services.namespace, name)
         return read_request(obj, created=_created(obj)) if obj is not None else None
