@@ -1,0 +1,216 @@
+"""The scheduler integrations against a real API server: three replica processes, each with
+its own identity and its own real scheduler (APScheduler 3.x and 4.x, Celery beat + worker,
+the `schedule` library, a plain loop) firing a 1 s job, and each tick's effect (a line
+"<tick> <identity> <token>" in a shared file) happens exactly once, with tokens increasing
+with the ticks.
+
+The replicas are the scripts in `_scheduler_replicas/`; with `LEASECRON_TEST_UNGUARDED=1`
+in their environment they run the job's body without the guard, and these tests fail."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leasecron.testing import ChildProcess, poll, stop_children
+
+pytestmark = pytest.mark.integration
+REPLICAS = Path(__file__).parent / "_scheduler_replicas"
+IDENTITIES = ("replica-a", "replica-b", "replica-c")
+TICKS = 5
+APSCHEDULER4 = "4.0.0a6"
+"""The APScheduler 4 pre-release the side environment pins (it cannot share .venv with 3.x)."""
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Effect:
+    tick: datetime
+    identity: str
+    token: str
+
+
+def read_effects(path: Path) -> list[Effect]:
+    if not path.exists():
+        return []
+    effects = []
+    for line in path.read_text().splitlines():
+        tick, identity, token = line.split()
+        effects.append(Effect(datetime.fromisoformat(tick), identity, token))
+    return effects
+
+
+def run_replicas(
+    argv: Sequence[str],
+    *,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+) -> list[Effect]:
+    """Start three replicas (`argv` + namespace, identity, effects file), wait until all say
+    they are ready and TICKS ticks after that have an effect, stop them; the effects."""
+    effects = tmp_path / "effects.txt"
+    ready: set[str] = set()
+    lock = threading.Lock()
+
+    def on_line(data: dict[str, Any], _received: float, identity: str) -> None:
+        if data.get("event") == "ready":
+            with lock:
+                ready.add(identity)
+
+    children = [
+        ChildProcess(
+            name=identity,
+            argv=[*argv, namespace, identity, str(effects)],
+            log_path=tmp_path / f"{identity}.log",
+            env={"KUBECONFIG": str(kubeconfig), **(env or {})},
+            stdin=True,
+            on_line=lambda data, received, identity=identity: on_line(data, received, identity),
+        )
+        for identity in IDENTITIES
+    ]
+    try:
+
+        def all_ready() -> bool:
+            for child in children:
+                assert child.alive(), f"{child.name} exited:\n{child.log_tail()}"
+            with lock:
+                return len(ready) == len(IDENTITIES)
+
+        poll(all_ready, timeout=120, what="three replicas ready")
+        since = datetime.now(UTC).replace(microsecond=0)
+
+        def ticks_after_ready() -> int:
+            return len({e.tick for e in read_effects(effects) if e.tick > since})
+
+        poll(lambda: ticks_after_ready() >= TICKS, timeout=60, what=f"{TICKS} ticks run")
+    finally:
+        stop_children(children, grace=5)
+    return read_effects(effects)
+
+
+def assert_once_per_tick(effects: list[Effect]) -> None:
+    counts = Counter(e.tick for e in effects)
+    twice = {tick.isoformat(): n for tick, n in counts.items() if n > 1}
+    assert not twice, f"ticks run more than once: {twice}\n{effects}"
+    tokens = [int(e.token) for e in sorted(effects, key=lambda e: e.tick)]
+    assert tokens == sorted(set(tokens)), f"tokens do not increase with the ticks: {effects}"
+    assert len(counts) >= TICKS
+
+
+def test_apscheduler3_interval_job_runs_once_per_tick_across_three_replicas(
+    kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    effects = run_replicas(
+        [sys.executable, str(REPLICAS / "aps3_replica.py")],
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        tmp_path=tmp_path,
+    )
+    assert_once_per_tick(effects)
+
+
+def _side_environment_python(venv: Path) -> Path:
+    """The python of `venv` with APScheduler 4 and this checkout of leasecron (editable),
+    built with uv when missing (under a lock: other test sessions may build it too), its
+    leasecron pointed at this checkout when it points elsewhere."""
+    python = venv / "bin" / "python"
+    found = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if found is None:
+        pytest.fail("uv is needed to build the APScheduler 4 side environment", pytrace=False)
+    uv = [found]
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with (venv.parent / f".{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ready = venv / ".leasecron-complete"
+        if ready.exists() and python.exists():
+            where = subprocess.run(
+                [str(python), "-c", "import leasecron; print(leasecron.__file__)"],
+                capture_output=True,
+                text=True,
+            )
+            if where.returncode == 0 and where.stdout.strip().startswith(str(REPOSITORY)):
+                return python
+        steps = [
+            [*uv, "venv", "-q", "--allow-existing", "--python", sys.executable, str(venv)],
+            [
+                *uv,
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(python),
+                f"apscheduler=={APSCHEDULER4}",
+                "-e",
+                str(REPOSITORY),
+            ],
+        ]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                pytest.fail(
+                    f"could not build the APScheduler {APSCHEDULER4} side environment in "
+                    f"{venv} (is PyPI reachable?): {' '.join(step)}\n{done.stderr[-2000:]}",
+                    pytrace=False,
+                )
+        ready.touch()
+    return python
+
+
+@pytest.fixture(scope="session")
+def apscheduler4_python() -> Path:
+    """The python of a virtual environment with APScheduler 4 (cached outside the repository,
+    in ~/.cache/leasecron/venvs)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return _side_environment_python(cache / "leasecron" / "venvs" / f"apscheduler4-{APSCHEDULER4}")
+
+
+def test_apscheduler4_interval_schedule_runs_once_per_tick_across_three_replicas(
+    apscheduler4_python: Path, kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    effects = run_replicas(
+        [str(apscheduler4_python), str(REPLICAS / "aps4_replica.py")],
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        tmp_path=tmp_path,
+    )
+    assert_once_per_tick(effects)
+
+
+def test_celery_beat_on_every_replica_runs_the_task_once_per_tick(
+    kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    effects = run_replicas(
+        [sys.executable, str(REPLICAS / "celery_replica.py")],
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        tmp_path=tmp_path,
+    )
+    assert_once_per_tick(effects)
+
+
+@pytest.mark.parametrize("loop", ["schedule", "plain"])
+def test_a_schedule_library_or_plain_loop_runs_once_per_tick_across_three_replicas(
+    loop: str, kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    effects = run_replicas(
+        [sys.executable, str(REPLICAS / "schedule_replica.py")],
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        tmp_path=tmp_path,
+        env={"LEASECRON_TEST_LOOP": loop},
+    )
+    assert_once_per_tick(effects)
