@@ -127,3 +127,29 @@ def test_one_worker_of_a_pod_runs_the_scheduler_and_another_takes_over_when_it_i
         # the worker holding the lock stopped its Scheduler on the way out.
         assert pod.terminate() == 0
         assert new_identity not in members(kube_api, namespace)
+
+
+def test_django_runs_one_scheduler_in_runservers_serving_child_and_one_in_its_own_command(
+    kube_api: Any, kubeconfig: Path, namespace: str, leasecron_crds: Any, tmp_path: Path
+) -> None:
+    apply_jobs(kube_api, namespace)
+    where = {"kubeconfig": kubeconfig, "namespace": namespace, "tmp_path": tmp_path}
+    with (
+        running_pods("runserver", ["pod-r"], **where) as (served,),
+        running_pods("command", ["pod-c"], **where) as (command,),
+    ):
+        poll(lambda: running_status(served), timeout=60, what="runserver's child running")
+        poll(
+            lambda: (
+                sorted(identity_base(m) for m in members(kube_api, namespace)) == ["pod-c", "pod-r"]
+            ),
+            timeout=60,
+            what="the command's Scheduler running",
+        )
+        wait_for_ticks(tmp_path, len(wait_for_ticks(tmp_path, 1)) + 4)
+        # Not one more in the autoreloader's parent, nor in the command's ready().
+        assert sorted(identity_base(m) for m in members(kube_api, namespace)) == ["pod-c", "pod-r"]
+        assert set(ticks_per_tick(tmp_path).values()) == {1}
+
+        assert command.terminate() == 0  # run_forever: the command's own SIGTERM handling
+        assert [identity_base(m) for m in members(kube_api, namespace)] == ["pod-r"]
