@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import fcntl
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
+from apscheduler.schedulers.background import BackgroundScheduler
 
+from leasecron.integrations.apscheduler import guard_job, guarded
+from leasecron.kube.clients import Kube
+from leasecron.runtime import close_guards, current_run
 from leasecron.testing import ChildProcess, poll, stop_children
 
 pytestmark = pytest.mark.integration
@@ -214,3 +220,53 @@ def test_a_schedule_library_or_plain_loop_runs_once_per_tick_across_three_replic
         env={"LEASECRON_TEST_LOOP": loop},
     )
     assert_once_per_tick(effects)
+
+
+@pytest.fixture
+def release_guards() -> Iterator[None]:
+    """The guards this process made stop their Lease caches after the test."""
+    yield
+    close_guards()
+
+
+def _run_date_job(
+    kube: Kube, namespace: str, *, late_by: float, grace: int, decorated: bool
+) -> tuple[datetime, Any]:
+    """An APScheduler 3.x job due `late_by` seconds ago with `misfire_grace_time=grace`, run
+    by a guarded scheduler in this process; its scheduled run time and the job's event."""
+    events: queue.Queue[Any] = queue.Queue()
+    due = datetime.now(UTC) - timedelta(seconds=late_by)
+    options: dict[str, Any] = {"namespace": namespace, "kube": kube, "stagger": 0}
+
+    def report() -> datetime:
+        return current_run().tick
+
+    func = guard_job(**options)(report) if decorated else report
+    scheduler = BackgroundScheduler(timezone="UTC")
+    guarded(scheduler, **options)
+    scheduler.add_listener(events.put, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+    scheduler.add_job(func, "date", run_date=due, id="late-report", misfire_grace_time=grace)
+    scheduler.start()
+    try:
+        return due, events.get(timeout=30)
+    finally:
+        scheduler.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("decorated", [False, True], ids=["guarded", "guard_job"])
+def test_a_late_apscheduler3_run_claims_the_tick_it_was_scheduled_for(
+    decorated: bool, kube: Kube, namespace: str, release_guards: None
+) -> None:
+    due, event = _run_date_job(kube, namespace, late_by=5, grace=60, decorated=decorated)
+    assert event.code == EVENT_JOB_EXECUTED, event
+    assert event.retval.ran, event.retval
+    assert event.retval.value == event.retval.tick == due.replace(microsecond=0)
+
+
+def test_an_apscheduler3_run_past_its_misfire_grace_is_skipped_with_reason_deadline(
+    kube: Kube, namespace: str, release_guards: None
+) -> None:
+    _, event = _run_date_job(kube, namespace, late_by=10, grace=2, decorated=False)
+    assert event.code == EVENT_JOB_EXECUTED, event
+    assert not event.retval.ran
+    assert event.retval.reason == "deadline"
