@@ -29,6 +29,7 @@ from typing import Any
 from leasecron._logs import get_logger
 from leasecron.coordination import BackgroundLoop, TickLock, lease_informer
 from leasecron.coordination.floors import token_floor
+from leasecron.coordination.resourcelocks import ROLE_GUARD
 from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
 from leasecron.kube.watches import Informer
@@ -37,7 +38,7 @@ from leasecron.models.configs import LockConfig
 from leasecron.models.names import LABEL_JOB, LABEL_ROLE
 from leasecron.models.specs import job_label_value
 from leasecron.runtime._guard_runs import GuardRun
-from leasecron.runtime._guard_settings import ROLE_GUARD, GuardSettings
+from leasecron.runtime._guard_settings import GuardSettings
 from leasecron.runtime._records import Recorder
 
 _log = get_logger("leasecron.runtime.guards")

@@ -29,9 +29,6 @@ from leasecron.models.names import dns_name
 from leasecron.models.schedules import Schedule, ScheduleError
 
 LEASE_PREFIX = "leasecron-guard-"
-ROLE_GUARD = "guard"
-"""The `leasecron.dev/role` label of a guard's Lease (outside the selector of the
-Scheduler's own Lease cache, and ignored by the operator)."""
 DEFAULT_AT_MOST_FOR = timedelta(minutes=15)
 DEFAULT_STARTING_DEADLINE = timedelta(seconds=60)
 DEFAULT_STAGGER = timedelta(milliseconds=200)
