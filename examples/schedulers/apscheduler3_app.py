@@ -32,7 +32,7 @@ def send_reminders() -> int:
     return 0
 
 
-@guard_job(at_most_for="1h")  # per-job guard options; its name is the job id
+@guard_job(at_most_for="1h")  # this job's options, over those given to guarded()
 def nightly_report() -> None:
     log.info("nightly report for %s", current_run().tick)
 

@@ -241,7 +241,7 @@ def _run_date_job(
     def report() -> datetime:
         return current_run().tick
 
-    func = guard_job(**options)(report) if decorated else report
+    func = guard_job(at_most_for="1m")(report) if decorated else report
     scheduler = BackgroundScheduler(timezone="UTC")
     guarded(scheduler, **options)
     scheduler.add_listener(events.put, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)

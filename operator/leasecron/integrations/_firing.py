@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,14 +37,16 @@ _GENERATED_ID = re.compile(r"[0-9a-f]{32}")
 
 @dataclass(frozen=True)
 class Firing:
-    """A call a scheduler made: when it was scheduled, the scheduler's id for the job, and
-    what the scheduler says about its timing (its grace for a late start, and the interval of
-    a trigger that counts from each replica's own start)."""
+    """A call a scheduler made: when it was scheduled, the scheduler's id for the job, what
+    the scheduler says about its timing (its grace for a late start, and the interval of a
+    trigger that counts from each replica's own start), and guard options the integration
+    was given for all of its jobs (a job's own options override them)."""
 
     at: datetime
     job_id: str | None = None
     starting_deadline: timedelta | None = None
     interval: timedelta | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 _FIRING: ContextVar[Firing | None] = ContextVar("leasecron_firing", default=None)
@@ -122,11 +124,13 @@ FindFiring = Callable[[], Firing | None]
 
 
 def with_firing_defaults(options: Mapping[str, Any], found: Firing | None) -> dict[str, Any]:
-    """The guard options for a call: `options`, and where they say nothing, the scheduler's
-    grace as the starting deadline and its trigger's interval as `every` (not with `job=`:
-    the ScheduledJob sets both)."""
-    merged = dict(options)
-    if found is None or "job" in merged:
+    """The guard options for a call: `options` over the integration's own, and where they say
+    nothing, the scheduler's grace as the starting deadline and its trigger's interval as
+    `every` (not with `job=`: the ScheduledJob sets both)."""
+    if found is None:
+        return dict(options)
+    merged = {**found.options, **options}
+    if "job" in merged:
         return merged
     if found.starting_deadline is not None:
         merged.setdefault("starting_deadline", found.starting_deadline)

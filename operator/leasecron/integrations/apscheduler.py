@@ -31,7 +31,7 @@ Does not make APScheduler's data stores shared, and promises nothing about jobs 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -87,7 +87,8 @@ class GuardedExecutor(BaseExecutor):  # type: ignore[misc]
     `executor`: the one that really runs them (default: the scheduler's default executor,
     made when the scheduler starts); `jobs`: the ids to guard (default all; a function
     decorated with `guard_job` is guarded by its decorator, with its run time from here);
-    `guard_options`: those of `leasecron.runtime.Guard`."""
+    `guard_options`: those of `leasecron.runtime.Guard`, for every job (a `guard_job`'s own
+    options override them)."""
 
     def __init__(
         self,
@@ -118,13 +119,11 @@ class GuardedExecutor(BaseExecutor):  # type: ignore[misc]
         if hasattr(job.func, MARK):
             body = job.func
         elif self._jobs is None or job.id in self._jobs:
-            body = _firing.guard_callable(
-                job.func, name=None, options=self._options, find=_firing.fire_time
-            )
+            body = _firing.guard_callable(job.func, name=None, options={}, find=_firing.fire_time)
         else:
             self._inner.submit_job(job, run_times)
             return
-        self._inner.submit_job(_FiringJob(job, run_times, body), run_times)
+        self._inner.submit_job(_FiringJob(job, run_times, body, self._options), run_times)
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         raise NotImplementedError("submit_job hands every job to the wrapped executor")
@@ -146,7 +145,13 @@ class _FiringJob:
     is off (it would skip a run time without a call); the guard's starting deadline, the
     job's `misfire_grace_time` unless told otherwise, does that check."""
 
-    def __init__(self, job: Any, run_times: list[datetime], body: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        job: Any,
+        run_times: list[datetime],
+        body: Callable[..., Any],
+        options: Mapping[str, Any],
+    ) -> None:
         self._job = job
         self.id = job.id
         self.name = job.name
@@ -163,6 +168,7 @@ class _FiringJob:
                     job_id=job.id,
                     starting_deadline=None if grace is None else timedelta(seconds=grace),
                     interval=interval if isinstance(interval, timedelta) else None,
+                    options=options,
                 )
                 for at in run_times
             ]

@@ -44,7 +44,7 @@ def test_each_call_of_run_job_sees_its_own_run_time_even_past_the_misfire_grace(
     run_times = [LONG_AGO, LONG_AGO + timedelta(seconds=10)]
     job = a_job(BackgroundScheduler(), lambda: seen.append(_firing.fire_time()))
 
-    events = run_job(_FiringJob(job, run_times, job.func), "default", run_times, "test")
+    events = run_job(_FiringJob(job, run_times, job.func, {}), "default", run_times, "test")
 
     assert [f.at if f else None for f in seen] == run_times
     assert all(f is not None and f.job_id == "report" for f in seen)

@@ -76,3 +76,9 @@ def test_the_announced_fire_time_is_seen_only_inside_the_call() -> None:
     with _firing.firing(_firing.Firing(at=NOON, job_id="report")):
         assert _firing.fire_time() == _firing.Firing(at=NOON, job_id="report")
     assert _firing.fire_time() is None
+
+
+def test_a_jobs_own_guard_options_override_those_given_for_every_job() -> None:
+    found = _firing.Firing(at=NOON, options={"namespace": "billing", "at_most_for": "5m"})
+    merged = _firing.with_firing_defaults({"at_most_for": "1h"}, found)
+    assert merged == {"namespace": "billing", "at_most_for": "1h"}
