@@ -1,0 +1,354 @@
+"""spec.timeout, spec.retry and spec.concurrencyPolicy against a real API server: a run past
+its timeout is stopped and recorded TimedOut, a failed run is retried on the replica that
+holds its claim with the same token and one JobRun, retries stop before the next tick unless
+overlap is allowed, Replace stops the running run for the next tick, Allow lets them overlap,
+and the operator counts TimedOut as a failure."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from operator_helpers import StartOperator, get_job, jobruns, poll
+
+from leasecron import JobContext, Scheduler
+from leasecron.kube.clients import Kube
+from leasecron.models.names import (
+    GROUP,
+    LABEL_ROLE,
+    SCHEDULEDJOB_PLURAL,
+    VERSION,
+    format_tick,
+    jobrun_name,
+)
+from leasecron.runtime import Tuning
+from leasecron.testing.handlers import CapturingHandler, run_tick_sync, scheduled_job
+from leasecron.testing.handlers import wait_for_jobruns as watch_jobruns
+
+pytestmark = pytest.mark.integration
+FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=2)
+YEARLY = "0 0 1 1 *"
+"""One tick a year: `run_once` runs its latest, and the next is far away (retries go on)."""
+
+
+def create_job(api: Any, namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    created: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, SCHEDULEDJOB_PLURAL, scheduled_job(name, **spec)
+    )
+    return created
+
+
+def status(run: dict[str, Any]) -> dict[str, Any]:
+    return dict(run.get("status") or {})
+
+
+def finished(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [i for i in items if status(i).get("outcome") not in (None, "Running", "Pending")]
+
+
+def shard_holders(api: Any, namespace: str) -> list[str]:
+    found = client.CoordinationV1Api(api).list_namespaced_lease(
+        namespace, label_selector=f"{LABEL_ROLE}=shard"
+    )
+    return [lease.spec.holder_identity or "" for lease in found.items]
+
+
+def scheduler(kube: Kube, namespace: str, **options: Any) -> Scheduler:
+    options.setdefault("grace_period", 5)
+    return Scheduler(namespace=namespace, kube=kube, tuning=FAST, **options)
+
+
+@pytest.fixture
+def replicas(kube: Kube, namespace: str) -> Iterator[list[tuple[Scheduler, CapturingHandler]]]:
+    """Two replica Schedulers (threads, distinct identities) that register `work` once a test
+    has given it a body with `attach`; stopped after the test."""
+    made: list[tuple[Scheduler, CapturingHandler]] = []
+    for _ in range(2):
+        capture = CapturingHandler()
+        replica = scheduler(kube, namespace)
+        replica.register("work", capture)
+        made.append((replica, capture))
+    yield made
+    for replica, _ in made:
+        if replica.running:
+            replica.stop()
+
+
+def start(pairs: list[tuple[Scheduler, CapturingHandler]], body: Any) -> None:
+    for replica, capture in pairs:
+        capture.inner = body
+        replica.start()
+
+
+def contexts(pairs: list[tuple[Scheduler, CapturingHandler]]) -> list[JobContext]:
+    found = [ctx for _, capture in pairs for ctx in list(capture.contexts)]
+    return sorted(found, key=lambda ctx: (ctx.tick, ctx.attempt))
+
+
+# --- spec.timeout -------------------------------------------------------------------------
+
+
+def test_an_async_handler_past_its_timeout_is_cancelled_and_its_run_recorded_timed_out(
+    kube: Kube, namespace: str
+) -> None:
+    cancelled = threading.Event()
+    replica = scheduler(kube, namespace)
+
+    @replica.job("hang")
+    async def hang(ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    result = run_tick_sync(replica, scheduled_job("hang", schedule=YEARLY, timeout="1s"))
+    assert result.outcome == "TimedOut"
+    assert cancelled.is_set()
+    assert result.jobrun is not None
+    assert status(result.jobrun)["outcome"] == "TimedOut"
+    assert status(result.jobrun)["message"] == "the run timed out after 1s"
+    assert "attempts" not in status(result.jobrun)
+
+
+def test_a_sync_handler_that_ignores_its_timeout_is_recorded_timed_out_and_its_grant_freed(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    release = threading.Event()
+    replica = scheduler(kube, namespace, grace_period=1)
+
+    def stubborn(ctx: JobContext) -> None:
+        release.wait(60)  # never looks at ctx.lost
+
+    replica.register("stubborn", stubborn)
+    try:
+        result = run_tick_sync(replica, scheduled_job("stubborn", schedule=YEARLY, timeout="1s"))
+        assert result.outcome == "TimedOut"
+        assert result.jobrun is not None
+        message = status(result.jobrun)["message"]
+        assert message.startswith("the run timed out after 1s")
+        assert "did not stop within the grace period" in message
+        assert result.context.lost.is_set()
+        # The thread still runs, but the claim is released (not left to expire).
+        assert not release.is_set()
+        assert set(shard_holders(kube_api, namespace)) == {""}
+    finally:
+        release.set()
+
+
+# --- spec.retry ---------------------------------------------------------------------------
+
+
+def fail_twice(ctx: JobContext) -> None:
+    if ctx.attempt < 3:
+        raise RuntimeError(f"attempt {ctx.attempt} failed")
+
+
+def test_a_run_that_fails_twice_then_succeeds_has_one_jobrun_with_three_attempts_and_one_token(
+    kube: Kube, namespace: str
+) -> None:
+    capture = CapturingHandler(fail_twice)
+    replica = scheduler(kube, namespace)
+    replica.register("flaky", capture)
+    job = scheduled_job("flaky", schedule=YEARLY, retry={"limit": 3, "backoff": "1s"})
+    result = run_tick_sync(replica, job)
+    assert result.outcome == "Succeeded"
+    assert [ctx.attempt for ctx in capture.contexts] == [1, 2, 3]
+    assert len({ctx.token for ctx in capture.contexts}) == 1
+    assert len({ctx.tick for ctx in capture.contexts}) == 1
+    assert result.jobrun is not None
+    attempts = status(result.jobrun)["attempts"]
+    assert [a["outcome"] for a in attempts] == ["Failed", "Failed", "Succeeded"]
+    assert attempts[0]["message"] == "RuntimeError: attempt 1 failed"
+    assert status(result.jobrun)["outcome"] == "Succeeded"
+    assert result.jobrun["spec"]["fencingToken"] == capture.contexts[0].token
+    assert all(a["start"] <= a["end"] for a in attempts)
+    assert attempts[0]["end"] <= attempts[1]["start"] <= attempts[2]["start"]
+
+
+def test_retries_stay_on_the_replica_that_holds_the_claim(
+    kube_api: Any, namespace: str, replicas: list[tuple[Scheduler, CapturingHandler]]
+) -> None:
+    create_job(
+        kube_api,
+        namespace,
+        "flaky",
+        handler="work",
+        schedule="@every 5s",
+        retry={"limit": 3, "backoff": "1s"},
+    )
+    start(replicas, fail_twice)
+    runs = watch_jobruns(
+        kube_api,
+        namespace=namespace,
+        job="flaky",
+        until=lambda items: any(status(i).get("outcome") == "Succeeded" for i in items),
+        timeout=40,
+    )
+    [run] = [r for r in runs if status(r).get("outcome") == "Succeeded"][:1]
+    tick = run["spec"]["tick"]
+    attempts = [
+        ctx
+        for ctx in contexts(replicas)
+        if jobrun_name("flaky", ctx.tick) == run["metadata"]["name"]
+    ]
+    assert [ctx.attempt for ctx in attempts] == [1, 2, 3], tick
+    assert {ctx.holder for ctx in attempts} == {run["spec"]["holder"]}
+    assert {ctx.token for ctx in attempts} == {run["spec"]["fencingToken"]}
+    assert [a["outcome"] for a in status(run)["attempts"]] == ["Failed", "Failed", "Succeeded"]
+
+
+@pytest.mark.parametrize(("policy", "attempts"), [("Forbid", 2), ("Allow", 3)])
+def test_retries_stop_before_the_next_tick_unless_overlap_is_allowed(
+    kube: Kube, kube_api: Any, namespace: str, policy: str, attempts: int
+) -> None:
+    """`@every 2s`, back-off 1s then 2s: the second attempt starts a second after the tick,
+    the third would start three seconds after it, past the next tick."""
+
+    def always(ctx: JobContext) -> None:
+        raise RuntimeError(f"attempt {ctx.attempt} failed")
+
+    capture = CapturingHandler(always)
+    replica = scheduler(kube, namespace)
+    replica.register("doomed", capture)
+    create_job(
+        kube_api,
+        namespace,
+        "doomed",
+        schedule="@every 2s",
+        concurrencyPolicy=policy,
+        retry={"limit": 2, "backoff": "1s"},
+    )
+    replica.start()
+    try:
+        runs = watch_jobruns(
+            kube_api,
+            namespace=namespace,
+            job="doomed",
+            until=lambda items: any(status(i).get("attempts") for i in finished(items)),
+            timeout=30,
+        )
+    finally:
+        replica.stop()
+    first = next(r for r in finished(runs) if status(r).get("attempts"))
+    assert status(first)["outcome"] == "Failed"
+    assert len(status(first)["attempts"]) == attempts
+    message = status(first)["message"]
+    if policy == "Forbid":
+        assert "retries stopped: attempt 3 would start at or after the next tick" in message
+    else:
+        assert message == "RuntimeError: attempt 3 failed (attempt 3 of 3)"
+
+
+# --- spec.concurrencyPolicy ----------------------------------------------------------------
+
+
+def test_replace_stops_the_running_run_when_the_next_tick_comes_on_any_replica(
+    kube_api: Any, namespace: str, replicas: list[tuple[Scheduler, CapturingHandler]]
+) -> None:
+    def long(ctx: JobContext) -> None:
+        ctx.wait_lost(30)
+
+    create_job(
+        kube_api,
+        namespace,
+        "long",
+        handler="work",
+        schedule="@every 2s",
+        concurrencyPolicy="Replace",
+    )
+    start(replicas, long)
+    runs = watch_jobruns(
+        kube_api,
+        namespace=namespace,
+        job="long",
+        until=lambda items: (
+            len([i for i in finished(items) if "replaced" in status(i)["message"]]) >= 2
+        ),
+        timeout=40,
+    )
+    replaced = sorted(
+        (r for r in finished(runs) if "replaced" in status(r)["message"]),
+        key=lambda r: r["spec"]["tick"],
+    )
+    ran = contexts(replicas)
+    per_tick = Counter(ctx.tick for ctx in ran)
+    assert all(n == 1 for n in per_tick.values()), per_tick
+    tokens = [ctx.token for ctx in ran]
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    for run in replaced:
+        assert status(run)["outcome"] == "Failed"
+        assert status(run)["message"].startswith("the handler was stopped: replaced by tick ")
+        later = status(run)["message"].rsplit(" ", 1)[1]
+        assert later > run["spec"]["tick"]
+        # The tick that replaced it ran, with a higher token.
+        newer = [ctx.token for ctx in ran if format_tick(ctx.tick) == later]
+        assert newer and newer[0] is not None and newer[0] > run["spec"]["fencingToken"]
+
+
+def test_allow_lets_runs_of_consecutive_ticks_overlap_each_with_its_own_token(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    spans: dict[Any, list[float]] = {}
+
+    def slow(ctx: JobContext) -> None:
+        spans[ctx.tick] = [time.monotonic()]
+        time.sleep(2.5)
+        spans[ctx.tick].append(time.monotonic())
+
+    capture = CapturingHandler(slow)
+    replica = scheduler(kube, namespace)
+    replica.register("slow", capture)
+    create_job(kube_api, namespace, "slow", schedule="@every 1s", concurrencyPolicy="Allow")
+    replica.start()
+    try:
+        runs = watch_jobruns(
+            kube_api,
+            namespace=namespace,
+            job="slow",
+            until=lambda items: len(finished(items)) >= 3,
+            timeout=30,
+        )
+    finally:
+        replica.stop()
+    done = sorted(finished(runs), key=lambda r: r["spec"]["tick"])[:3]
+    assert [status(r)["outcome"] for r in done] == ["Succeeded"] * 3
+    tokens = [r["spec"]["fencingToken"] for r in done]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3
+    ticks = sorted(t for t, span in spans.items() if len(span) == 2)[:2]
+    first, second = spans[ticks[0]], spans[ticks[1]]
+    assert second[0] < first[1], "the second run started only after the first ended"
+
+
+# --- the operator -------------------------------------------------------------------------
+
+
+def test_the_operator_shows_a_timed_out_run_as_the_last_run_and_not_as_a_success(
+    kube: Kube, kube_api: Any, namespace: str, start_operator: StartOperator
+) -> None:
+    create_job(kube_api, namespace, "hang", schedule=YEARLY, timeout="1s")
+    replica = scheduler(kube, namespace)
+
+    @replica.job("hang")
+    async def hang(ctx: JobContext) -> None:
+        await asyncio.sleep(3600)
+
+    with start_operator():
+        result = run_tick_sync(replica, "hang")
+        assert result.outcome == "TimedOut"
+
+        def shown() -> dict[str, Any] | None:
+            last = (get_job(kube_api, namespace, "hang").get("status") or {}).get("lastRun")
+            return last if last and last.get("outcome") == "TimedOut" else None
+
+        last = poll(shown, timeout=15, what="lastRun TimedOut")
+        assert last["fencingToken"] == result.context.token
+        job_status = get_job(kube_api, namespace, "hang")["status"]
+        assert "lastSuccessfulTime" not in job_status
+        assert [status(r)["outcome"] for r in jobruns(kube_api, namespace)] == ["TimedOut"]
