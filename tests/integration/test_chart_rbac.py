@@ -245,3 +245,77 @@ def test_the_operator_as_the_chart_runs_it_records_the_floors_of_two_jobs_delete
         )
         log = operator.log_path.read_text()
     assert "Forbidden" not in log and "403" not in log, log[-3000:]
+
+
+def test_the_charts_runner_role_lets_a_person_run_suspend_resume_and_backfill_and_no_more(
+    assets: Assets,
+    helm: Helm,
+    controlplane: ClusterAccess,
+    kube_api: client.ApiClient,
+    namespace: str,
+    kubeconfig: Path,
+    leasecron_crds: list[str],
+) -> None:
+    from click.testing import CliRunner
+
+    from leasecron import Scheduler
+    from leasecron.cli import main
+    from leasecron.kube.clients import Kube
+    from leasecron.runtime import Tuning
+    from leasecron.testing import create_serviceaccount
+    from leasecron.testing.handlers import CapturingHandler, scheduled_job
+
+    create_serviceaccount(kube_api, namespace=namespace, name="oncall")
+    sets = [
+        "runner.createClusterRole=true",
+        f"runner.namespaces={{{namespace}}}",
+        "runner.subjects[0].kind=ServiceAccount",
+        "runner.subjects[0].name=oncall",
+    ]
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "scheduledjobs", scheduled_job("yearly", schedule="0 0 1 1 *")
+    )
+    capture = CapturingHandler()
+    kube = Kube.from_config(kubeconfig=str(kubeconfig))
+    replica = Scheduler(
+        namespace=namespace, kube=kube, tuning=Tuning(member_duration_s=3), grace_period=5
+    )
+    replica.register("yearly", capture)
+    with installed(helm, cluster=controlplane, namespace=namespace, sets=sets):
+        can_i = CanI(
+            kubectl=assets.binary("kubectl"),
+            cluster=controlplane,
+            serviceaccount=f"{namespace}/oncall",
+        )
+        can_i.wait_for("create", "jobruns.leasecron.dev", "-n", namespace)
+        assert not can_i("update", LEASES, "-n", namespace)
+        assert not can_i("patch", "jobruns.leasecron.dev", "-n", namespace)
+        assert not can_i("delete", "scheduledjobs.leasecron.dev", "-n", namespace)
+        assert not can_i("create", "jobruns.leasecron.dev", "-n", "default")
+
+        def leasecron(*args: str) -> str:
+            options = ["--kubeconfig", str(can_i.kubeconfig), "-n", namespace]
+            result = CliRunner().invoke(main, [*args, *options])
+            assert result.exit_code == 0, result.output
+            return result.stdout
+
+        replica.start()
+        try:
+            assert "scheduledjob/yearly suspended" in leasecron("suspend", "yearly")
+            assert "scheduledjob/yearly resumed" in leasecron("resume", "yearly")
+            ran = leasecron("run", "yearly", "--wait", "--timeout", "30")
+            assert "Succeeded" in ran
+            window = ("--from", "2025-01-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z")
+            filled = leasecron("backfill", "yearly", *window, "--throttle", "0s")
+            assert "2 tick(s) of yearly to run, 0 on record" in filled
+        finally:
+            replica.stop()
+            kube.api_client.rest_client.close()
+    assert capture.calls == 3
+    user = f"system:serviceaccount:{namespace}:oncall"
+    assert {ctx.job for ctx in capture.contexts} == {"yearly"}
+    runs = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "jobruns"
+    )["items"]
+    assert sorted(r["spec"]["trigger"] for r in runs) == ["Backfill", "Backfill", "Manual"]
+    assert {r["spec"]["requestedBy"] for r in runs} == {user}
