@@ -5,7 +5,10 @@ the `schedule` library, a plain loop) firing a 1 s job, and each tick's effect (
 with the ticks.
 
 The replicas are the scripts in `_scheduler_replicas/`; with `LEASECRON_TEST_UNGUARDED=1`
-in their environment they run the job's body without the guard, and these tests fail."""
+in their environment they run the job's body without the guard, and these tests fail.
+In this process: a late APScheduler 3.x run claims the tick it was scheduled for, one past
+its misfire grace is skipped (`deadline`), and `loops.run_every` on two replicas (threads with
+their own identities) runs each tick it wakes for once."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MI
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from leasecron.integrations.apscheduler import guard_job, guarded
+from leasecron.integrations.loops import run_every
 from leasecron.kube.clients import Kube
 from leasecron.runtime import close_guards, current_run
 from leasecron.testing import ChildProcess, poll, stop_children
@@ -270,3 +274,37 @@ def test_an_apscheduler3_run_past_its_misfire_grace_is_skipped_with_reason_deadl
     assert event.code == EVENT_JOB_EXECUTED, event
     assert not event.retval.ran
     assert event.retval.reason == "deadline"
+
+
+def test_run_every_loops_on_two_replicas_claim_each_tick_they_wake_for_once(
+    kube: Kube, namespace: str, release_guards: None
+) -> None:
+    runs: list[tuple[datetime, str, int | None]] = []
+    lock = threading.Condition()
+    stop = threading.Event()
+
+    def loop(identity: str) -> None:
+        def refresh() -> None:
+            run = current_run()
+            with lock:
+                runs.append((run.tick, identity, run.token))
+                lock.notify_all()
+
+        refresh.__name__ = "refresh_index"
+        run_every(refresh, every="1s", stop=stop, namespace=namespace, kube=kube, identity=identity)
+
+    threads = [threading.Thread(target=loop, args=(name,)) for name in ("loop-a", "loop-b")]
+    for thread in threads:
+        thread.start()
+    try:
+        with lock:
+            assert lock.wait_for(lambda: len({tick for tick, _, _ in runs}) >= 3, timeout=30)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    ticks = [tick for tick, _, _ in runs]
+    assert len(ticks) == len(set(ticks)), runs
+    assert all(tick.microsecond == 0 and tick.tzinfo is not None for tick in ticks)
+    tokens = [token for _, _, token in sorted(runs)]
+    assert tokens == sorted(set(tokens)), runs
