@@ -232,7 +232,7 @@ def run_in_background(
 ) -> Callable[[], None]:
     """What a WSGI integration does at startup: start `scheduler` in a background thread of
     this process (with `pod_lock`: whenever this worker holds it), stop it at the process's
-    normal exit (`stop_at_exit`), and complain if this process forks while it runs. Returns
+    normal exit (`stop_at_exit`), and warn if this process forks while it runs. Returns
     the function that stops it (idempotent)."""
     if pod_lock is None:
         scheduler.start()
@@ -261,19 +261,20 @@ def stop_at_exit(stop: Callable[[], None]) -> None:
 
 
 def note_fork_hazard(scheduler: Startable) -> None:
-    """Log an error if this process forks while `scheduler` runs (a `gunicorn --preload`
-    master forking its workers after the app started one): the children get a copy of the
-    Scheduler that does not run, under the parent's identity."""
+    """Warn (once) if this process forks while `scheduler` runs: the child gets a copy of the
+    Scheduler that does not run, under the parent's identity. A `gunicorn --preload` master
+    forking its workers after the app started one is the usual cause."""
     _running.add(scheduler)
 
 
 def _before_fork() -> None:
     for scheduler in list(_running):
         if scheduler.running:
-            _log.error(
-                "this process forks while its Scheduler runs; the Scheduler runs in this "
-                "process only, not in the forked workers: start it in the workers (no "
-                "gunicorn --preload, or start it from a post_fork hook)",
+            _running.discard(scheduler)  # once is enough
+            _log.warning(
+                "this process forks while its Scheduler runs: the Scheduler does not run in "
+                "the child. If this is a server's master forking its workers, start the "
+                "Scheduler in the workers instead (no gunicorn --preload)",
                 holder=scheduler.identity,
                 pid=os.getpid(),
             )

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
-from leasecron.integrations.workers import OnePerPod, PodLock
+from leasecron.integrations.workers import OnePerPod, PodLock, note_fork_hazard
 
 HOLD = textwrap.dedent(
     """
@@ -186,3 +187,17 @@ def test_a_stop_registered_for_exit_runs_before_python_waits_for_the_handler_thr
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "exiting\n"
+
+
+def test_forking_while_a_scheduler_runs_is_warned_about_once() -> None:
+    scheduler = FakeScheduler("pod-a-1")
+    scheduler.start()
+    note_fork_hazard(scheduler)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+    warnings = [log for log in logs if "forks while its Scheduler runs" in log["event"]]
+    assert [log["holder"] for log in warnings] == ["pod-a-1"]
