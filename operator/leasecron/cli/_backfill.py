@@ -105,7 +105,13 @@ async def _plan(
     }
     try:
         return backfill_ticks(
-            schedule, start=start, end=end, limit=limit, outcomes=outcomes, job=job.name
+            schedule,
+            start=start,
+            end=end,
+            limit=limit,
+            outcomes=outcomes,
+            job=job.name,
+            latest=datetime.now(UTC) - job.spec.starting_deadline,
         )
     except TooManyTicks as e:
         raise Refused(str(e)) from e

@@ -32,7 +32,7 @@ from leasecron.kube.leases import LeaseStore
 from leasecron.kube.objects import ObjectStore
 from leasecron.models.leases import parse_lease
 from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, format_tick
-from leasecron.models.requests import request_body, request_refusal
+from leasecron.models.requests import request_body, request_refusal, request_tick
 from leasecron.models.specs import Outcome, ScheduledJob, SpecError, Trigger
 
 POLL_S = 0.2
@@ -276,7 +276,11 @@ def run(job: str, wait: bool, timeout: float | None, force: bool, target: Target
             user = await requester(kube, target)
             on_record = await read_job(kube, namespace=namespace, name=job)
             await check_runnable(kube, on_record, namespace=namespace, force=force, user=user)
-            tick = datetime.now(UTC).replace(microsecond=0)
+            tick = request_tick(on_record.job.spec.parsed_schedule, now=datetime.now(UTC))
+            if tick is None:
+                raise Refused(
+                    f"every second is a tick of {job}'s schedule, so each already has its run"
+                )
             name = await create_request(
                 kube, on_record, namespace=namespace, tick=tick, trigger=Trigger.MANUAL, user=user
             )

@@ -30,6 +30,8 @@ REQUEST_TRIGGERS = (Trigger.MANUAL, Trigger.BACKFILL)
 REQUEST_SELECTOR = f"{LABEL_TRIGGER} in ({','.join(t.value for t in REQUEST_TRIGGERS)})"
 """The label selector of every request JobRun (what replicas watch)."""
 DEFAULT_BACKFILL_LIMIT = 100
+REQUEST_TICK_SEARCH = 60
+"""Seconds from the request's time searched for one that is not a tick of the schedule."""
 
 
 def request_body(
@@ -135,6 +137,18 @@ def expiry_patch(request: Request, *, end: datetime, message: str) -> dict[str, 
     return {"metadata": {"resourceVersion": request.resource_version}, "status": status}
 
 
+def request_tick(schedule: Schedule | None, *, now: datetime) -> datetime | None:
+    """The tick of a run requested at `now`: the first whole second from `now` on that is
+    not a tick of the job's schedule (whose run would take the same JobRun name), within a
+    minute; None when every second is one."""
+    second = now.replace(microsecond=0)
+    for offset in range(REQUEST_TICK_SEARCH):
+        tick = second + timedelta(seconds=offset)
+        if schedule is None or schedule.next_after(tick - timedelta(microseconds=1)) != tick:
+            return tick
+    return None
+
+
 def request_refusal(*, bucket: Bucket, job: str) -> str | None:
     """Why `job` takes no run requests (None: it does)."""
     if bucket is Bucket.SINGLE_OWNER:
@@ -175,14 +189,17 @@ def backfill_ticks(
     limit: int,
     outcomes: Mapping[str, str],
     job: str,
+    latest: datetime | None = None,
 ) -> BackfillPlan:
-    """The ticks of `schedule` in [start, end], in order, minus those with a run on record:
-    `outcomes` maps JobRun names to their outcome; any outcome but Missed counts as a run
-    (a Pending request too), a Missed record is what a backfill is for. TooManyTicks when
-    the range holds more than `limit` ticks."""
+    """The ticks of `schedule` in [start, end] up to `latest`, in order, minus those with a
+    run on record: `outcomes` maps JobRun names to their outcome; any outcome but Missed
+    counts as a run (a Pending request too), a Missed record is what a backfill is for.
+    `latest` (now - startingDeadline) keeps out the ticks the schedule itself may still
+    start. TooManyTicks when the range holds more than `limit` ticks."""
     if end < start:
         raise ValueError(f"--to {format_tick(end)} is before --from {format_tick(start)}")
-    ticks = schedule.ticks_between(start - timedelta(microseconds=1), end, limit=limit + 1)
+    upto = end if latest is None else min(end, latest)
+    ticks = schedule.ticks_between(start - timedelta(microseconds=1), upto, limit=limit + 1)
     if len(ticks) > limit:
         raise TooManyTicks(
             f"the range holds more than {limit} ticks of {schedule.expression!r}; "

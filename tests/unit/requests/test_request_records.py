@@ -18,6 +18,7 @@ from leasecron.models.requests import (
     read_request,
     request_body,
     request_refusal,
+    request_tick,
 )
 from leasecron.models.schedules import Schedule
 from leasecron.models.specs import Bucket, Outcome, Trigger
@@ -139,3 +140,24 @@ def test_only_once_per_tick_jobs_take_requests_and_the_others_say_what_they_do()
     assert owner is not None and "no ticks to run" in owner and "takes over" in owner
     every = request_refusal(bucket=Bucket.EVERY_REPLICA, job="cache")
     assert every is not None and "every replica" in every
+
+
+def test_backfill_leaves_the_ticks_the_schedule_may_still_start_to_it() -> None:
+    plan = backfill_ticks(
+        HOURLY,
+        start=TICK,
+        end=TICK + timedelta(hours=5),
+        limit=10,
+        outcomes={},
+        job="report",
+        latest=TICK + timedelta(hours=1, minutes=59),
+    )
+    assert plan.run == (TICK, TICK + timedelta(hours=1))
+
+
+def test_a_run_now_takes_the_first_second_that_is_not_a_tick_of_the_schedule() -> None:
+    at = TICK + timedelta(microseconds=300)
+    assert request_tick(HOURLY, now=at) == TICK + timedelta(seconds=1)
+    assert request_tick(HOURLY, now=at + timedelta(seconds=5)) == TICK + timedelta(seconds=5)
+    assert request_tick(None, now=at) == TICK
+    assert request_tick(Schedule.parse("@every 1s"), now=at) is None
