@@ -13,6 +13,7 @@ their own identities) runs each tick it wakes for once."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import queue
 import shutil
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -121,16 +122,21 @@ def assert_once_per_tick(effects: list[Effect]) -> None:
     assert len(counts) >= TICKS
 
 
-def test_apscheduler3_interval_job_runs_once_per_tick_across_three_replicas(
-    kubeconfig: Path, namespace: str, tmp_path: Path
-) -> None:
-    effects = run_replicas(
-        [sys.executable, str(REPLICAS / "aps3_replica.py")],
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        tmp_path=tmp_path,
+ThreeReplicas = Callable[..., list[Effect]]
+
+
+@pytest.fixture
+def three_replicas(kubeconfig: Path, namespace: str, tmp_path: Path) -> ThreeReplicas:
+    """`three_replicas(argv, env=...)`: `run_replicas` in this test's namespace."""
+    return functools.partial(
+        run_replicas, kubeconfig=kubeconfig, namespace=namespace, tmp_path=tmp_path
     )
-    assert_once_per_tick(effects)
+
+
+def test_apscheduler3_interval_job_runs_once_per_tick_across_three_replicas(
+    three_replicas: ThreeReplicas,
+) -> None:
+    assert_once_per_tick(three_replicas([sys.executable, str(REPLICAS / "aps3_replica.py")]))
 
 
 def _side_environment_python(venv: Path) -> Path:
@@ -189,41 +195,25 @@ def apscheduler4_python() -> Path:
 
 
 def test_apscheduler4_interval_schedule_runs_once_per_tick_across_three_replicas(
-    apscheduler4_python: Path, kubeconfig: Path, namespace: str, tmp_path: Path
+    apscheduler4_python: Path, three_replicas: ThreeReplicas
 ) -> None:
-    effects = run_replicas(
-        [str(apscheduler4_python), str(REPLICAS / "aps4_replica.py")],
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        tmp_path=tmp_path,
+    assert_once_per_tick(
+        three_replicas([str(apscheduler4_python), str(REPLICAS / "aps4_replica.py")])
     )
-    assert_once_per_tick(effects)
 
 
 def test_celery_beat_on_every_replica_runs_the_task_once_per_tick(
-    kubeconfig: Path, namespace: str, tmp_path: Path
+    three_replicas: ThreeReplicas,
 ) -> None:
-    effects = run_replicas(
-        [sys.executable, str(REPLICAS / "celery_replica.py")],
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        tmp_path=tmp_path,
-    )
-    assert_once_per_tick(effects)
+    assert_once_per_tick(three_replicas([sys.executable, str(REPLICAS / "celery_replica.py")]))
 
 
 @pytest.mark.parametrize("loop", ["schedule", "plain"])
 def test_a_schedule_library_or_plain_loop_runs_once_per_tick_across_three_replicas(
-    loop: str, kubeconfig: Path, namespace: str, tmp_path: Path
+    loop: str, three_replicas: ThreeReplicas
 ) -> None:
-    effects = run_replicas(
-        [sys.executable, str(REPLICAS / "schedule_replica.py")],
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        tmp_path=tmp_path,
-        env={"LEASECRON_TEST_LOOP": loop},
-    )
-    assert_once_per_tick(effects)
+    argv = [sys.executable, str(REPLICAS / "schedule_replica.py")]
+    assert_once_per_tick(three_replicas(argv, env={"LEASECRON_TEST_LOOP": loop}))
 
 
 @pytest.fixture
