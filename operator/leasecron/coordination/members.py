@@ -9,13 +9,24 @@ a reply that was lost (the write may have landed) is answered by reading it back
 again. A member is live while its Lease changed less than its leaseDurationSeconds ago by the
 reader's monotonic clock (the same rule as any grant, docs/design.md §5.2).
 
+A process may keep one Lease name from several places: a Scheduler's `Membership` and the
+member Leases of its job guards (`runtime._guard_members`, one per event loop with guards)
+when they run one group with one identity. A guards' `MemberLease` is a *guest*: of the
+MemberLeases of one name in a process one writes (its *host*: a Scheduler's when there is
+one, else the first guest), with the handlers of every guest; the others write nothing. When
+the host stops while a guest remains, it leaves the Lease in place and a guest writes it from
+its next renewal on. Two that are not guests (two Schedulers with one identity) do not share:
+they are what `_check_identity` reports.
+
 What it does not promise: that two replicas see the same member list at every instant.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -41,6 +52,25 @@ ROLE_MEMBER = "member"
 _WRITES = 3
 _REPORT_EVERY = 60
 """An identity conflict is logged the first time and then every this many times."""
+
+
+_Key = tuple[str, str]
+"""(namespace, Lease name) of a member Lease this process keeps."""
+_shared = threading.Lock()
+_hosts: dict[_Key, MemberLease] = {}
+"""The MemberLease (not a guest) that wrote each Lease of this process first and keeps it."""
+_guests: dict[_Key, dict[int, tuple[frozenset[str], str]]] = {}
+"""Per Lease, the guests' handler names and incarnations, by id of the guest."""
+
+
+def _forget_after_fork() -> None:
+    global _shared
+    _shared = threading.Lock()
+    _hosts.clear()
+    _guests.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def member_selector(group: str) -> str:
@@ -123,6 +153,7 @@ class MemberLease:
         handlers: Callable[[], Sequence[str]],
         clock: Clock,
         duration_s: int,
+        guest: bool = False,
     ) -> None:
         self._leases = leases
         self.namespace = namespace
@@ -137,6 +168,11 @@ class MemberLease:
         """Random per process: tells this process's writes from another's with its identity."""
         self.conflicts = 0
         """Renewals that found the Lease written by another live process with our identity."""
+        self.guest = guest
+        """Yields to a host of the same Lease in this process (see the module docstring)."""
+        self.hosted = False
+        """A guest whose handlers a host writes now."""
+        self._key: _Key = (namespace, self.name)
 
     @property
     def written(self) -> bool:
@@ -156,14 +192,58 @@ class MemberLease:
             resource_version=current.resource_version if current else None,
         )
 
+    def _hosted(self) -> bool:
+        """A guest: note its handlers, and say whether another MemberLease of this process
+        writes the Lease now (else this one does)."""
+        with _shared:
+            _guests.setdefault(self._key, {})[id(self)] = (
+                frozenset(self._handlers()),
+                self.incarnation,
+            )
+            host = _hosts.setdefault(self._key, self)
+            self.hosted = host is not self
+        if self.hosted:
+            self._current = None  # the host holds the version; we start afresh after it
+        return self.hosted
+
+    def _all_handlers(self) -> list[str]:
+        names = set(self._handlers())
+        with _shared:
+            for handlers, _ in _guests.get(self._key, {}).values():
+                names |= handlers
+        return sorted(names)
+
+    def _wrote(self) -> None:
+        """A Lease that is not a guest's keeps the name from a guest (not from another
+        that is not a guest: two such are two processes to `_check_identity`)."""
+        if self.guest:
+            return
+        with _shared:
+            host = _hosts.get(self._key)
+            if host is None or host.guest:
+                _hosts[self._key] = self
+
+    def _ours(self, incarnation: str) -> bool:
+        """Whether `incarnation` is a write of a guest of this Lease in this process (or, for
+        a guest, of its host): a shared Lease, not another process."""
+        with _shared:
+            guests = {inc for _, inc in _guests.get(self._key, {}).values()}
+            host = _hosts.get(self._key)
+        if incarnation in guests:
+            return True
+        return self.guest and host is not None and host.incarnation == incarnation
+
     async def write(self) -> None:
         """Create the Lease, or replace it at the version we wrote last; after a Conflict, a
-        NotFound or a lost reply, start again from what the server has."""
+        NotFound or a lost reply, start again from what the server has. A guest whose host
+        keeps the Lease writes nothing."""
         for _ in range(_WRITES):
+            if self.guest and self._hosted():
+                return
             body = member_body(
                 record=self._record(),
                 group=self.group,
-                handlers=self._handlers(),
+                handlers=self._all_handlers(),
                 base=self._current,
                 incarnation=self.incarnation,
             )
@@ -173,6 +253,7 @@ class MemberLease:
                     self._current = await self._leases.replace(namespace=self.namespace, body=body)
                 else:
                     self._current = await self._leases.create(namespace=self.namespace, body=body)
+                self._wrote()
                 return
             except (Conflict, NotFound, AlreadyExists, OutcomeUnknown) as e:
                 self._current = await self._leases.get(namespace=self.namespace, name=self.name)
@@ -186,7 +267,7 @@ class MemberLease:
         only a live one makes a renewal conflict). Every grant in this identity then looks
         like its own to both, so both may run one tick: say so, loudly."""
         other = incarnation_of(current)
-        if not other or other == self.incarnation:
+        if not other or other == self.incarnation or self._ours(other):
             return
         self.conflicts += 1
         IDENTITY_CONFLICTS.labels(group=self.group).inc()
@@ -202,8 +283,26 @@ class MemberLease:
             times=self.conflicts,
         )
 
+    def _leave(self) -> bool:
+        """Stop sharing the Lease; whether to delete it: not while another MemberLease of
+        this process shares it (a guest writes it from its next renewal on)."""
+        with _shared:
+            guests = _guests.get(self._key, {})
+            guests.pop(id(self), None)
+            if not guests:
+                _guests.pop(self._key, None)
+            if _hosts.get(self._key) is self:
+                del _hosts[self._key]
+            if self.guest:
+                return not guests and self._key not in _hosts
+            return not guests
+
     async def delete(self) -> None:
-        """Remove the Lease (best effort: it expires anyway)."""
+        """Remove the Lease (best effort: it expires anyway), unless another MemberLease of
+        this process shares it."""
+        if not self._leave():
+            self._current = None
+            return
         try:
             await self._leases.delete(namespace=self.namespace, name=self.name)
         except KubeError as e:

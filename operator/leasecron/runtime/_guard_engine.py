@@ -6,7 +6,8 @@
    cannot be reached is a skip (`store_unavailable`: fail closed).
 2. For a `job=` guard, read the ScheduledJob from its cache (validated like the Scheduler
    reads it; a single-owner or every-replica job, or an invalid one, is a GuardConfigError
-   naming the field); its lock, startingDeadline and suspend apply.
+   naming the field); its lock, startingDeadline and suspend apply, and the member Lease of
+   the guard's identity in the job's group lists the job's handler (`GuardMembers`).
 3. `TickLock.try_claim` on the guard's Lease after a random part of the stagger: the tick's
    high-water mark, conditional writes only, lost replies read back, orphans adopted or freed,
    a `job=` guard's Lease created above the job's token floor (and every claim above the
@@ -132,6 +133,9 @@ class Engine:
             if job is None:
                 _log.warning("ScheduledJob not found; tick not run", guard=s.name, job=s.job)
                 return self._skip(whole_second(fired or now, what="tick"), REASON_NO_JOB)
+            self.runtime.advertise(
+                kube, settings=s, group=job.spec.group, handler=job.handler_name, clock=self.clock
+            )
             tick = self._tick(fired, now, job)
             if job.spec.suspend:
                 return self._skip(tick, REASON_SUSPENDED)

@@ -4,15 +4,17 @@ Owns, per event loop: the Kube client made from the environment (one, for guards
 client), one watch-fed cache of guard Leases (`coordination.lease_informer` selecting the
 `guard` role) and, for `job=` guards, one ScheduledJob cache, per (client, namespace),
 started lazily on first use; one `TickLock` per guard Lease and identity; one `Recorder` per
-(client, namespace); and the claims that are held now, so that closing releases them.
+(client, namespace); the member Leases of its job guards (`GuardMembers`, one per client,
+namespace, group and identity, started by a job guard's first use); and the claims that are
+held now, so that closing releases them.
 
 Sync callers share one process-wide `BackgroundLoop` and its runtime (`background()`);
 async callers get the runtime of their running loop (`for_running_loop()`). `close_guards()`
-(also run at exit) releases the grants and stops the caches of the background runtime and of
-runtimes on loops running in other threads; `aclose_guards()` closes the running loop's. No
-signal handlers are installed. A forked child starts with none of its parent's runtimes
-(and, for guards given no identity, an identity of its own). A cache that cannot be started
-(store unreachable) raises, and is tried again by the next call.
+(also run at exit) releases the grants, deletes the member Leases and stops the caches of
+the background runtime and of runtimes on loops running in other threads; `aclose_guards()`
+closes the running loop's. No signal handlers are installed. A forked child starts with none
+of its parent's runtimes (and, for guards given no identity, an identity of its own). A cache
+that cannot be started (store unreachable) raises, and is tried again by the next call.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.names import LABEL_JOB, LABEL_ROLE
 from leasecron.models.specs import job_label_value
+from leasecron.runtime._guard_members import GuardMembers
 from leasecron.runtime._guard_runs import GuardRun
 from leasecron.runtime._guard_settings import GuardSettings
 from leasecron.runtime._records import Recorder
@@ -61,6 +64,7 @@ class GuardRuntime:
         self._starting: dict[tuple[str, Key], asyncio.Lock] = {}
         self._locks: dict[tuple[Any, ...], TickLock] = {}
         self._recorders: dict[Key, Recorder] = {}
+        self._members: dict[tuple[int, str, str, str], GuardMembers] = {}
         self.active: set[GuardRun] = set()
         """Claims held now (released by `close`)."""
         self.closed = False
@@ -119,6 +123,24 @@ class GuardRuntime:
             self._recorders[key] = recorder
         return recorder
 
+    def advertise(
+        self, kube: Kube, *, settings: GuardSettings, group: str, handler: str, clock: Clock
+    ) -> None:
+        """Job guard `settings` runs a job of `group` with `handler`: its identity's member
+        Lease of that group lists the handler (the Lease is started on the first call)."""
+        namespace, identity = settings.namespace, settings.identity
+        key = (id(kube), namespace, group, identity)
+        for other, elsewhere in self._members.items():
+            if other != key and other[:2] == key[:2] and other[3] == identity:
+                elsewhere.withdraw(settings.name)  # the job moved to another group
+        members = self._members.get(key)
+        if members is None:
+            members = GuardMembers(
+                kube, namespace=namespace, group=group, identity=identity, clock=clock
+            )
+            self._members[key] = members
+        members.advertise(settings.name, handler)
+
     def tick_lock(
         self,
         kube: Kube,
@@ -166,6 +188,9 @@ class GuardRuntime:
             if run.grant is not None:
                 with contextlib.suppress(Exception):
                     await run.grant.release()
+        for members in self._members.values():
+            await members.stop()
+        self._members.clear()
         for recorder in self._recorders.values():
             with contextlib.suppress(Exception):
                 await recorder.flush(timeout=2.0)
