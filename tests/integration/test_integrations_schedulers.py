@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import os
 import queue
 import shutil
@@ -141,8 +142,8 @@ def test_apscheduler3_interval_job_runs_once_per_tick_across_three_replicas(
 
 def _side_environment_python(venv: Path) -> Path:
     """The python of `venv` with APScheduler 4 and this checkout of leasecron (editable),
-    built with uv when missing (under a lock: other test sessions may build it too), its
-    leasecron pointed at this checkout when it points elsewhere."""
+    built with uv when missing (under a lock: other test sessions may build it too), and
+    installed again when it points at another checkout or pyproject.toml has changed."""
     python = venv / "bin" / "python"
     found = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     if found is None:
@@ -152,7 +153,8 @@ def _side_environment_python(venv: Path) -> Path:
     with (venv.parent / f".{venv.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         ready = venv / ".leasecron-complete"
-        if ready.exists() and python.exists():
+        stamp = hashlib.sha256((REPOSITORY / "pyproject.toml").read_bytes()).hexdigest()
+        if ready.exists() and ready.read_text() == stamp and python.exists():
             where = subprocess.run(
                 [str(python), "-c", "import leasecron; print(leasecron.__file__)"],
                 capture_output=True,
@@ -175,14 +177,17 @@ def _side_environment_python(venv: Path) -> Path:
             ],
         ]
         for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+            try:
+                done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+            except subprocess.TimeoutExpired as e:
+                done = subprocess.CompletedProcess(step, -1, "", f"timed out after {e.timeout}s")
             if done.returncode != 0:
                 pytest.fail(
                     f"could not build the APScheduler {APSCHEDULER4} side environment in "
                     f"{venv} (is PyPI reachable?): {' '.join(step)}\n{done.stderr[-2000:]}",
                     pytrace=False,
                 )
-        ready.touch()
+        ready.write_text(stamp)
     return python
 
 
