@@ -12,6 +12,7 @@ their own identities) runs each tick it wakes for once."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import functools
 import hashlib
@@ -30,12 +31,13 @@ from typing import Any
 
 import pytest
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from leasecron.integrations.apscheduler import guard_job, guarded
 from leasecron.integrations.loops import run_every
 from leasecron.kube.clients import Kube
-from leasecron.runtime import close_guards, current_run
+from leasecron.runtime import aclose_guards, close_guards, current_run
 from leasecron.testing import ChildProcess, poll, stop_children
 
 pytestmark = pytest.mark.integration
@@ -303,3 +305,31 @@ def test_run_every_loops_on_two_replicas_claim_each_tick_they_wake_for_once(
     assert all(tick.microsecond == 0 and tick.tzinfo is not None for tick in ticks)
     tokens = [token for _, _, token in sorted(runs)]
     assert tokens == sorted(set(tokens)), runs
+
+
+def test_an_async_job_of_an_asyncio_scheduler_claims_its_run_time_on_the_running_loop(
+    kube: Kube, namespace: str
+) -> None:
+    async def scenario() -> Any:
+        events: asyncio.Queue[Any] = asyncio.Queue()
+        due = datetime.now(UTC) - timedelta(seconds=3)
+
+        async def report() -> datetime:
+            await asyncio.sleep(0)
+            return current_run().tick
+
+        scheduler = AsyncIOScheduler(timezone="UTC")
+        guarded(scheduler, namespace=namespace, kube=kube, stagger=0)
+        scheduler.add_listener(events.put_nowait, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        scheduler.add_job(report, "date", run_date=due, id="async-report", misfire_grace_time=60)
+        scheduler.start()
+        try:
+            return due, await asyncio.wait_for(events.get(), timeout=30)
+        finally:
+            scheduler.shutdown(wait=False)
+            await aclose_guards()
+
+    due, event = asyncio.run(scenario())
+    assert event.code == EVENT_JOB_EXECUTED, event
+    assert event.retval.ran
+    assert event.retval.value == due.replace(microsecond=0)
