@@ -14,10 +14,12 @@ skipped with reason `deadline`.
   which skips one past its deadline (no EVENT_JOB_MISSED is sent for it; the job's event
   carries the skip result). The interval trigger counts from each replica's start, so its
   fire times are snapped to the interval from the Unix epoch; cron and date triggers fire at
-  the same instants everywhere already. Process pools are refused (a guard lives in one
-  process).
+  the same instants everywhere already. Coroutine jobs (AsyncIOScheduler) claim on the
+  running loop, others in the executor's thread. Process pools are refused (a guard lives in
+  one process).
 - APScheduler 4.x: the running job is `apscheduler.current_job`, with its
-  `scheduled_fire_time` and `schedule_id`.
+  `scheduled_fire_time` and `schedule_id`; the scheduler drops a job past its
+  `misfire_grace_time` before the call, the guard's starting deadline applies after it.
 
 `guard_job(...)` decorates a job function on either version: the guard name defaults to the
 job's id (3.x, under a `GuardedExecutor`) or schedule id (4.x); `every=`/`cron=` snap fire
