@@ -40,7 +40,7 @@ from leasecron.models.requests import REQUEST_SELECTOR, Request, pickup_patch, r
 from leasecron.models.specs import Bucket, JobRun, JobRunSpec, Outcome, ScheduledJob, SpecError
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._services import Services
-from leasecron.runtime._shardfences import RunFence
+from leasecron.runtime._shardfences import RunFence, run_fence
 from leasecron.runtime._shards import ShardTicks
 from leasecron.runtime._ticks import stop_run
 
@@ -278,10 +278,6 @@ class RequestPickup:
         start: datetime,
     ) -> None:
         services = self._services
-        bound = None if job.spec.lock.keep_alive else job.spec.lock.at_most_for
-        fence = RunFence(grant, at_most_for=bound, clock=services.clock)
-        unlink = services.stop_when_lost(fence.lost, control)
-        watchdog = asyncio.get_running_loop().create_task(fence.watch())
         spec = JobRunSpec(
             job=job.name,
             tick=request.tick,
@@ -292,18 +288,20 @@ class RequestPickup:
             requested_by=request.requested_by or None,
         )
         record = JobRun(name=request.name, namespace=services.namespace, spec=spec)
-        ctx = services.context(job, tick=request.tick, token=grant.token, held=lambda: fence.held)
-        ctx.logger.info(
-            "running a requested run", trigger=request.trigger.value, by=request.requested_by
-        )
-        try:
+
+        def link(fence: RunFence) -> Callable[[], None]:
+            return services.stop_when_lost(fence.lost, control)
+
+        with run_fence(grant, job, clock=services.clock, link=link) as fence:
+            ctx = services.context(
+                job, tick=request.tick, token=grant.token, held=lambda: fence.held
+            )
+            ctx.logger.info(
+                "running a requested run", trigger=request.trigger.value, by=request.requested_by
+            )
             end = await services.run_handler(job, ctx, control, observe_lag=False)
             if end is None:
                 await services.recorder.finish(record, outcome=Outcome.FAILED, message="no handler")
                 return
             outcome, message = services.report(job, ctx, end, control)
             await services.recorder.finish(record, outcome=outcome, message=message)
-        finally:
-            watchdog.cancel()
-            unlink()
-            fence.close()

@@ -1,18 +1,22 @@
 """Fencing of runs claimed through a shard (docs/design.md, "The claim engine"): `RunFence`,
 the fence one run gets under a shard grant (the grant's token, bounded by the job's own
-atMostFor unless it is a keepAlive job).
+atMostFor unless it is a keepAlive job), and `run_fence`, which holds one around a run.
 
 It does not claim or renew anything: `coordination.shards.ShardLock` does.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 from leasecron.coordination import Grant
 from leasecron.coordination.grants import Fence
 from leasecron.models.clocks import Clock
+from leasecron.models.specs import ScheduledJob
 
 
 class RunFence(Fence):
@@ -48,3 +52,25 @@ class RunFence(Fence):
     def deadline(self) -> float:
         """Its own deadline or the grant's, whichever comes first."""
         return min(self.expires_at, self.grant.expires_at)
+
+
+@contextlib.contextmanager
+def run_fence(
+    grant: Grant,
+    job: ScheduledJob,
+    *,
+    clock: Clock,
+    link: Callable[[RunFence], Callable[[], None]],
+) -> Iterator[RunFence]:
+    """The fence of one run of `job` under `grant`, watched (its atMostFor) for the length of
+    the block; `link(fence)` ties the fence's loss to the run's stop and returns the unlink."""
+    bound = None if job.spec.lock.keep_alive else job.spec.lock.at_most_for
+    fence = RunFence(grant, at_most_for=bound, clock=clock)
+    unlink = link(fence)
+    watchdog = asyncio.get_running_loop().create_task(fence.watch())
+    try:
+        yield fence
+    finally:
+        watchdog.cancel()
+        unlink()
+        fence.close()

@@ -61,7 +61,7 @@ from leasecron.runtime._planning import (
     plan_overtaken,
 )
 from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
-from leasecron.runtime._shardfences import RunFence
+from leasecron.runtime._shardfences import RunFence, run_fence
 from leasecron.runtime._ticks import stop_run
 from leasecron.runtime._timeouts import stop_grace
 
@@ -690,10 +690,6 @@ class ShardTicks:
         fresh: bool,
     ) -> None:
         services = self._services
-        bound = None if job.spec.lock.keep_alive else job.spec.lock.at_most_for
-        fence = RunFence(grant, at_most_for=bound, clock=services.clock)
-        unlink = services.stop_when_lost(fence.lost, control)
-        watchdog = asyncio.get_running_loop().create_task(fence.watch())
         deadline = job.spec.starting_deadline
 
         def start_by_of(tick: datetime) -> datetime | None:
@@ -703,7 +699,10 @@ class ShardTicks:
                 return tick + deadline
             return None
 
-        try:
+        def link(fence: RunFence) -> Callable[[], None]:
+            return services.stop_when_lost(fence.lost, control)
+
+        with run_fence(grant, job, clock=services.clock, link=link) as fence:
             await services.run_plan(
                 job,
                 plan,
@@ -722,10 +721,6 @@ class ShardTicks:
                 ),
                 start_by=start_by_of,
             )
-        finally:
-            watchdog.cancel()
-            unlink()
-            fence.close()
 
     async def _run_unguarded(self, entry: _Entry, instant: datetime) -> None:
         """A RunLocally job's tick while the store is out of reach: run here, unguarded."""
