@@ -25,7 +25,7 @@ from leasecron.models.names import GROUP, JOBRUN_PLURAL, SCHEDULEDJOB_PLURAL, VE
 from leasecron.models.requests import request_body
 from leasecron.models.specs import Trigger
 from leasecron.runtime import Tuning
-from leasecron.testing import ClusterAccess, create_serviceaccount
+from leasecron.testing import ClusterAccess, Fault, create_serviceaccount, fault_plan
 from leasecron.testing.handlers import CapturingHandler, run_tick_sync, scheduled_job
 
 pytestmark = pytest.mark.integration
@@ -336,3 +336,22 @@ def test_the_operator_finishes_a_request_nobody_picked_up_as_missed(
         "startingDeadline 2s."
     )
     assert not run["spec"]["holder"]
+
+
+def test_a_pickup_whose_reply_was_lost_is_read_back_and_run_once(
+    kubeconfig: Path, kube_api: Any, namespace: str, yearly: tuple[str, int]
+) -> None:
+    job, _ = yearly
+    capture = CapturingHandler()
+    with replicas(kubeconfig, namespace, capture, count=1, handler=job) as [replica]:
+        assert replica.kube is not None
+        lost = Fault(verb="patch", resource="jobruns", action="lose_reply", times=1)
+        with fault_plan(replica.kube).injected(lost) as rule:
+            result = cli(kubeconfig, namespace, "run", job, "--wait", "--timeout", "30")
+        assert result.exit_code == 0, result.output
+        assert rule.hits == 1
+    assert capture.calls == 1
+    [ctx] = capture.contexts
+    run = jobrun(kube_api, namespace, jobrun_name(job, ctx.tick))
+    assert run["spec"]["holder"] == replica.identity and run["spec"]["fencingToken"] == ctx.token
+    assert run["status"]["outcome"] == "Succeeded"
