@@ -1,6 +1,7 @@
 """Job guards as members of their job's group, against the real API server: a ScheduledJob
 that only guards run is `Ready` with one replica per guarding identity while they live and
-not `Ready` once they close; a Scheduler and job guards of one group and identity in one
+not `Ready` once they close, and `status.holder` is a guard run's holder while it holds its
+grant; a Scheduler and job guards of one group and identity in one
 process keep one member Lease with both their handlers, without counting an identity
 conflict, and the guards keep it after the Scheduler stops."""
 
@@ -38,10 +39,14 @@ def kubes(kube_api: ApiClient, leasecron_crds: list[str]) -> list[Kube]:
     return [Kube(kube_api, max_workers=4) for _ in range(4)]
 
 
+def status(kube_api: ApiClient, namespace: str) -> dict[str, Any]:
+    return dict(get_job(kube_api, namespace, JOB).get("status") or {})
+
+
 def ready(kube_api: ApiClient, namespace: str) -> tuple[str, int] | None:
     """(Ready status, status.replicas) of the job, None before the operator wrote them."""
     found = job_condition(kube_api, namespace, JOB, "Ready")
-    replicas = (get_job(kube_api, namespace, JOB).get("status") or {}).get("replicas")
+    replicas = status(kube_api, namespace).get("replicas")
     return (found["status"], replicas) if found and replicas is not None else None
 
 
@@ -81,15 +86,25 @@ def test_a_job_only_guards_run_is_ready_with_one_replica_per_guarding_identity_u
             Guard("nightly", job=JOB, namespace=namespace, kube=kubes[i], identity=identity)
             for i, identity in enumerate(identities)
         ]
-        results = [g.claim_sync() for g in guards]
-        for run in results:
-            if run:
-                guards[0].finish_sync(run)
-        assert sum(bool(run) for run in results) == 1  # the others skipped, and still count
+        first = guards[0].claim_sync()
+        assert first
+        others = [g.claim_sync() for g in guards[1:]]
+        assert not any(others)  # skipped while r0 holds the grant, and they count all the same
         poll(
             lambda: ready(kube_api, namespace) == ("True", 3),
             timeout=30,
             what="Ready with three replicas",
+        )
+        poll(
+            lambda: status(kube_api, namespace).get("holder") == "r0",
+            timeout=30,
+            what="status.holder the holder of the guard run",
+        )
+        guards[0].finish_sync(first)
+        poll(
+            lambda: not status(kube_api, namespace).get("holder"),
+            timeout=30,
+            what="no status.holder once the guard run released its grant",
         )
         assert handlers(member(kube_api, namespace, "r0")) == {JOB}
         close_guards()

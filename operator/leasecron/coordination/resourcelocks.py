@@ -28,8 +28,8 @@ ROLE_JOB = "job"
 ROLE_LEADER = "leader"
 ROLE_SHARD = "shard"
 ROLE_GUARD = "guard"
-"""A guard's Lease (`runtime.Guard`): outside `LEASE_SELECTOR`, and not a Lease that runs a
-ScheduledJob's schedule (the operator reads it for `status.holder` only)."""
+"""A guard's Lease (`runtime.Guard`): outside `LEASE_SELECTOR`; the operator reads a job
+guard's (labelled with its job) for the job's `status.holder` only."""
 LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER},{ROLE_SHARD},{ROLE_GROUP})"
 """The label selector of the Leases a process watches for its locks and electors."""
 

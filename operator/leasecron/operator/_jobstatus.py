@@ -4,8 +4,8 @@ Owns the `Valid` and `Ready` conditions, the assembly of the whole status and th
 that decides whether a patch is needed at all (`status_patch`). Fields:
 
 - `holder`: the holder of a live grant on the Lease that runs the job (its own Lease for
-  single-owner, its shard Lease for once-per-tick); "" when it is free or expired by the
-  operator's own clock.
+  single-owner, its shard Lease for once-per-tick), else of a live grant on a Lease of the
+  job's `job=` guards; "" when they are free or expired by the operator's own clock.
 - `lastRun`: the newest JobRun (tick, holder, start, end, outcome, fencingToken).
 - `lastScheduleTime`: once-per-tick, the newest claimed tick (the newest JobRun that is not
   `Missed`, or the shard Lease's high-water mark when it is one of the job's ticks);

@@ -138,8 +138,10 @@ class Snapshot:
     `shard_lease` (the group record's shard count places the job on it), whose tick
     annotation is the high-water mark of the instants claimed on it. `floor_tick` is the
     group record's floor: instants at or before it were taken on the shard Leases of an
-    earlier count. `members` are the member Leases of the job's group in its namespace, live
-    or not. `now` is wall time (ticks), `now_mono` the local monotonic clock (expiry).
+    earlier count. `guard_grants` are the Leases of the job's `job=` guards (role `guard`,
+    labelled with the job). `members` are the member Leases of the job's group in its
+    namespace, live or not. `now` is wall time (ticks), `now_mono` the local monotonic clock
+    (expiry).
     """
 
     job_lease: Observation | None
@@ -150,6 +152,7 @@ class Snapshot:
     now_mono: float
     shard_lease: str | None = None
     floor_tick: datetime | None = None
+    guard_grants: tuple[Observation, ...] = ()
 
     def claimed(self, tick: datetime) -> bool:
         """Whether instant `tick` is taken on the job's shard Lease: its high-water mark (or
@@ -160,10 +163,12 @@ class Snapshot:
         return any(mark is not None and mark >= tick for mark in marks)
 
     def grant_holder(self, *, fallback_s: float) -> str:
-        """The holder of a live grant, "" when the Lease is free, expired or absent."""
-        if grant_live(self.grant, now_mono=self.now_mono, fallback_s=fallback_s):
-            assert self.grant is not None
-            return self.grant.record.holder
+        """The holder of a live grant, "" when the Lease is free, expired or absent: the
+        grant's, else a job guard's (the job's guards run it then)."""
+        for grant in (self.grant, *self.guard_grants):
+            if grant_live(grant, now_mono=self.now_mono, fallback_s=fallback_s):
+                assert grant is not None
+                return grant.record.holder
         return ""
 
     def live_members(self) -> list[Member]:

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from leasecron.coordination.members import ROLE_MEMBER
+from leasecron.coordination.resourcelocks import ROLE_GUARD
 from leasecron.kube.clients import Kube, collection_path
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
@@ -131,6 +132,8 @@ class World:
         self._by_label: dict[tuple[str, str], str] = {}
         self._run_index: dict[tuple[str, str], dict[str, RunView]] = defaultdict(dict)
         self._member_index: dict[tuple[str, str], dict[str, Member]] = defaultdict(dict)
+        self._guard_index: dict[tuple[str, str], set[str]] = defaultdict(set)
+        """Guard Leases by (namespace, job label): the job guards' Leases of each job."""
         self._placed: dict[Key, tuple[int, str]] = {}
         """(shard count, shard Lease) each once-per-tick job was last placed on."""
         self._started: set[int] = set()
@@ -267,6 +270,16 @@ class World:
             self._dirty_group(namespace, group)
         elif role == ROLE_SHARD:
             self._dirty_shard(namespace, group, name)
+        elif role == ROLE_GUARD:
+            label = str(labels.get(LABEL_JOB) or "")
+            guards = self._guard_index[(namespace, label)]
+            if event.type == "DELETED":
+                guards.discard(name)
+            else:
+                guards.add(name)
+            job = self._by_label.get((namespace, label))
+            if job is not None:
+                self._on_dirty((namespace, job))
         else:
             job = self._by_label.get((namespace, str(labels.get(LABEL_JOB) or "")))
             if event.type == "DELETED" and role == ROLE_JOB:
@@ -335,6 +348,7 @@ class World:
         label = job_label_value(facts.ref.name)
         runs = self._run_index.get((namespace, label), {})
         members = self._member_index.get((namespace, facts.group), {})
+        guards = sorted(self._guard_index.get((namespace, label), ()))
         return Snapshot(
             job_lease=job_lease,
             grant=grant,
@@ -344,4 +358,5 @@ class World:
             now_mono=now_mono,
             shard_lease=shard,
             floor_tick=floor_tick,
+            guard_grants=tuple(g for g in (self.lease(namespace, n) for n in guards) if g),
         )
