@@ -378,6 +378,9 @@ def jobrun_crd() -> Schema:
         s.column("Outcome", ".status.outcome"),
         s.column("Duration", ".status.duration"),
         s.column("Age", ".metadata.creationTimestamp", "date"),
+        # -o wide: who asked for a requested run (`leasecron run`, `leasecron backfill`).
+        s.column("Trigger", ".spec.trigger", description="Manual or Backfill") | {"priority": 1},
+        s.column("Requested By", ".spec.requestedBy") | {"priority": 1},
     ]
     return s.crd(
         kind="JobRun",

@@ -79,13 +79,20 @@ def test_printer_columns_are_the_designed_ones_and_point_at_real_fields(
     crd: dict[str, Any], columns: list[str]
 ) -> None:
     printed = version(crd)["additionalPrinterColumns"]
-    assert [column["name"].upper() for column in printed] == columns
+    default = [column for column in printed if not column.get("priority")]
+    assert [column["name"].upper() for column in default] == columns
     for column in printed:
         if column["jsonPath"].startswith(".metadata."):
             continue
         target = resolve(root(crd), column["jsonPath"])
         assert target is not None, column
         assert column["type"] in (target["type"], "date" if "format" in target else "-")
+
+
+def test_jobruns_show_who_asked_for_a_requested_run_with_o_wide() -> None:
+    printed = version(jobrun_crd())["additionalPrinterColumns"]
+    wide = [(c["name"], c["jsonPath"]) for c in printed if c.get("priority") == 1]
+    assert wide == [("Trigger", ".spec.trigger"), ("Requested By", ".spec.requestedBy")]
 
 
 @pytest.mark.parametrize("crd", all_crds(), ids=lambda crd: crd["spec"]["names"]["kind"])
