@@ -7,7 +7,9 @@ three member Leases, three watches, three API connections per pod, and every-rep
 three times per pod. With a `PodLock` every worker contends for an advisory `fcntl.flock` on a
 file in a pod-local directory; the worker that holds it runs the Scheduler, the others retry
 every `interval` seconds, and when the holder dies (even by SIGKILL or the OOM killer) the
-kernel drops its lock and another worker takes over.
+kernel drops its lock and another worker takes over. After a graceful release (a worker
+recycled by `max_requests`, or pod shutdown, when every worker exits at once) the next holder
+first waits `settle` seconds, so that a worker on its way out does not start one for a moment.
 
 Why the lock is safe to rely on: a flock belongs to an open file description and the kernel
 releases it when the last descriptor closes, which process death always does, so there is no
@@ -48,6 +50,7 @@ from leasecron import _logs
 LOCK_DIR_ENV = "LEASECRON_LOCK_DIR"
 _log = _logs.get_logger("leasecron.integrations.workers")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_RELEASED = b"released"
 _locks: weakref.WeakSet[PodLock] = weakref.WeakSet()
 _running: weakref.WeakSet[Startable] = weakref.WeakSet()
 
@@ -78,26 +81,40 @@ class PodLock:
     """An advisory, exclusive `flock` on `path`, held by at most one process of the pod.
 
     `try_acquire` never blocks; the holder writes its pid and `note` (the Scheduler identity)
-    into the file for people and tests to read. Not shared across threads of one process."""
+    into the file for people and tests to read, and "released" when it lets go. A worker that
+    takes a lock released that way waits `settle` seconds before it runs anything: at pod
+    shutdown every worker exits at once, and one that is exiting too should not start a
+    Scheduler for a moment (one whose holder was killed is run at once). Not shared across
+    threads of one process."""
 
-    def __init__(self, path: Path | str, *, interval: float = 0.5) -> None:
+    def __init__(self, path: Path | str, *, interval: float = 0.5, settle: float = 2.0) -> None:
         if interval <= 0:
             raise ValueError(f"interval ({interval}) must be positive")
+        if settle < 0:
+            raise ValueError(f"settle ({settle}) must not be negative")
         self.path = Path(path)
         self.interval = interval
+        self.settle = settle
+        self.after_release = False
+        """Whether the holder before this one released the lock (rather than died)."""
         self._fd: int | None = None
         self._pid = os.getpid()
         _locks.add(self)
 
     @classmethod
     def for_scheduler(
-        cls, scheduler: Named, *, directory: Path | str | None = None, interval: float = 0.5
+        cls,
+        scheduler: Named,
+        *,
+        directory: Path | str | None = None,
+        interval: float = 0.5,
+        settle: float = 2.0,
     ) -> PodLock:
         """The pod lock of `scheduler`'s group: `<directory>/leasecron-<namespace>-<group>.lock`,
         `directory` defaulting to $LEASECRON_LOCK_DIR, else the temporary directory."""
         where = Path(directory or os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir())
         name = _UNSAFE.sub("-", f"leasecron-{scheduler.namespace}-{scheduler.group}")
-        return cls(where / f"{name}.lock", interval=interval)
+        return cls(where / f"{name}.lock", interval=interval, settle=settle)
 
     def __repr__(self) -> str:
         return f"PodLock({str(self.path)!r}, held={self.held})"
@@ -122,6 +139,7 @@ class PodLock:
             raise
         self._fd, self._pid = fd, os.getpid()
         with contextlib.suppress(OSError):  # the note is for reading, not for the lock
+            self.after_release = os.pread(fd, 64, 0).startswith(_RELEASED)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {note}\n".encode(), 0)
         return True
@@ -134,6 +152,8 @@ class PodLock:
         if self._pid == os.getpid():
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
+                os.pwrite(fd, _RELEASED + b"\n", 0)
+            with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)  # in a forked child: close only, the parent's lock stays its own
 
@@ -188,6 +208,8 @@ class OnePerPod:
             self._stopping.wait(self.lock.interval)
 
     def _lead(self) -> None:
+        if self.lock.after_release and self._stopping.wait(self.lock.settle):
+            return  # this process is stopping too
         _log.info(
             "pod lock taken; starting the scheduler", lock=str(self.lock.path), pid=os.getpid()
         )
@@ -216,15 +238,22 @@ async def lead_when_locked(
     _log.info("contending for the pod lock", lock=str(lock.path), pid=os.getpid())
     while not stop.is_set():
         if lock.try_acquire(note=note):
-            _log.info(
-                "pod lock taken; starting the scheduler", lock=str(lock.path), pid=os.getpid()
-            )
             try:
+                if lock.after_release and await _set_within(stop, lock.settle):
+                    break  # this process is stopping too
+                _log.info(
+                    "pod lock taken; starting the scheduler", lock=str(lock.path), pid=os.getpid()
+                )
                 await run(stop)
             finally:
                 lock.release()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), lock.interval)
+        await _set_within(stop, lock.interval)
+
+
+async def _set_within(event: asyncio.Event, seconds: float) -> bool:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
 
 
 def run_in_background(

@@ -4,6 +4,7 @@ real processes (the lock is the kernel's); the scheduler is a stand-in."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -17,7 +18,13 @@ from pathlib import Path
 import pytest
 import structlog
 
-from leasecron.integrations.workers import OnePerPod, PodLock, note_fork_hazard
+from leasecron.integrations.workers import (
+    OnePerPod,
+    PodLock,
+    lead_when_locked,
+    note_fork_hazard,
+)
+from leasecron.testing import poll
 
 HOLD = textwrap.dedent(
     """
@@ -73,9 +80,11 @@ def test_only_one_holder_at_a_time_and_the_holder_writes_its_pid_and_identity(
     first, second = PodLock(lock_path), PodLock(lock_path)
     assert first.try_acquire(note="pod-a-1")
     assert not second.try_acquire(note="pod-a-2")
-    assert lock_path.read_text() == f"{os.getpid()} pod-a-1\n"
+    assert lock_path.read_text() == f"{os.getpid()} pod-a-1\n" and not first.after_release
     first.release()
+    assert lock_path.read_text() == "released\n"
     assert second.try_acquire(note="pod-a-2") and second.held and not first.held
+    assert second.after_release  # its predecessor let go rather than died
     second.release()
 
 
@@ -86,6 +95,7 @@ def test_a_holder_killed_with_sigkill_loses_the_lock_at_once(lock_path: Path) ->
         child.send_signal(signal.SIGKILL)
         child.wait()
         assert mine.try_acquire()  # the kernel dropped the dead process's lock
+        assert not mine.after_release  # and nothing to wait for: run at once
     mine.release()
 
 
@@ -112,14 +122,16 @@ def test_the_lock_of_a_scheduler_is_named_after_its_namespace_and_group(tmp_path
     assert lock.path == tmp_path / "leasecron-billing-api-v2.lock"
     with pytest.raises(ValueError, match="interval"):
         PodLock(tmp_path / "x.lock", interval=0)
+    with pytest.raises(ValueError, match="settle"):
+        PodLock(tmp_path / "x.lock", settle=-1)
 
 
 def test_the_worker_holding_the_lock_runs_the_scheduler_and_another_takes_over_after_it_stops(
     lock_path: Path,
 ) -> None:
     a, b = FakeScheduler("pod-a-1"), FakeScheduler("pod-a-2")
-    first = OnePerPod(a, PodLock(lock_path, interval=0.01))
-    second = OnePerPod(b, PodLock(lock_path, interval=0.01))
+    first = OnePerPod(a, PodLock(lock_path, interval=0.01, settle=0.01))
+    second = OnePerPod(b, PodLock(lock_path, interval=0.01, settle=0.01))
     first.start()
     try:
         assert a.started.wait(10) and first.leading
@@ -133,6 +145,22 @@ def test_the_worker_holding_the_lock_runs_the_scheduler_and_another_takes_over_a
         first.stop(timeout=10)
         second.stop(timeout=10)
     assert not b.running and not second.leading
+
+
+def test_a_worker_that_stops_while_settling_after_a_release_never_starts_a_scheduler(
+    lock_path: Path,
+) -> None:
+    # At pod shutdown every worker exits at once: the one that takes the released lock is
+    # usually exiting too, and must not start a Scheduler for a moment.
+    released = PodLock(lock_path)
+    assert released.try_acquire(note="pod-a-1")
+    released.release()
+    scheduler = FakeScheduler("pod-a-2")
+    worker = OnePerPod(scheduler, PodLock(lock_path, interval=0.01, settle=30))
+    worker.start()
+    poll(lambda: worker.leading, timeout=10, what="the lock taken")
+    worker.stop(timeout=10)
+    assert scheduler.starts == 0 and not worker.leading
 
 
 def test_a_worker_takes_over_from_a_holder_process_that_was_killed(lock_path: Path) -> None:
@@ -201,3 +229,38 @@ def test_forking_while_a_scheduler_runs_is_warned_about_once() -> None:
             os.waitpid(pid, 0)
     warnings = [log for log in logs if "forks while its Scheduler runs" in log["event"]]
     assert [log["holder"] for log in warnings] == ["pod-a-1"]
+
+
+def test_the_asyncio_form_runs_while_holding_the_lock_and_settles_after_a_release(
+    lock_path: Path,
+) -> None:
+    runs: list[str] = []
+
+    class Lock(PodLock):
+        """Says when it was taken."""
+
+        taken: asyncio.Event
+
+        def try_acquire(self, *, note: str = "") -> bool:
+            held = super().try_acquire(note=note)
+            if held:
+                self.taken.set()
+            return held
+
+    async def run(stop: asyncio.Event) -> None:
+        runs.append("started")
+        await stop.wait()
+
+    async def lead(lock: Lock) -> None:
+        lock.taken, stop = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(lead_when_locked(lock, note="pod-a-1", run=run, stop=stop))
+        await asyncio.wait_for(lock.taken.wait(), 10)
+        await asyncio.sleep(0)  # let it start what it starts at once
+        stop.set()
+        await task
+
+    asyncio.run(lead(Lock(lock_path, interval=0.01)))
+    assert runs == ["started"] and lock_path.read_text() == "released\n"
+    settling = Lock(lock_path, interval=0.01, settle=30)
+    asyncio.run(lead(settling))
+    assert runs == ["started"] and not settling.held  # stopped while settling: never ran
