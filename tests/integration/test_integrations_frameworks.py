@@ -127,6 +127,9 @@ def test_one_worker_of_a_pod_runs_the_scheduler_and_another_takes_over_when_it_i
         # the worker holding the lock stopped its Scheduler on the way out.
         assert pod.terminate() == 0
         assert new_identity not in members(kube_api, namespace)
+        # Two Schedulers over the pod's life: the first holder's and its successor's; none in
+        # a worker that took the released lock while the pod shut down.
+        assert pod.process.log_path.read_text().count("pod lock taken") == 2
 
 
 def test_django_runs_one_scheduler_in_runservers_serving_child_and_one_in_its_own_command(
