@@ -1,18 +1,19 @@
-"""What the scheduler integrations share: the fire time of the call in progress, ticks snapped
-onto a grid every replica agrees on, guard names from job ids, and one guard per name.
+"""What the scheduler integrations share: the fire time of the call in progress, guard names
+from job ids, and one guard per name.
 
 A scheduler that knows when a call was *scheduled* (APScheduler's run time, the moment a
 Celery message was sent) passes that instant as the guard's tick, so a late or misfired call
 claims the tick it was meant for, not the one that happens to be current when it runs. Fire
 times of schedulers that count intervals from their own start (APScheduler's interval
-trigger, Celery's `schedule`, the `schedule` library) differ from replica to replica; with
-`every=`/`cron=` the fire time is snapped to the latest tick of that schedule at or before
-it, which every replica computes alike.
+trigger, Celery's `schedule`, the `schedule` library) differ from replica to replica, so the
+guard is asked to snap it (`claim(snap=True)`) to the latest tick at or before it of its
+`every=`/`cron=` or, for `job=`, of the ScheduledJob's schedule, which every replica computes
+alike.
 
 Owns `Firing` / `firing` / `fire_time` (the call in progress, a context variable),
-`snapped`, `guard_name`, `guard_named` (one Guard per name and options in a process) and
-`guard_callable` (a body wrapped so that each call claims its tick first). Does not claim
-anything itself: the guard (`leasecron.runtime.Guard`) does.
+`guard_name`, `guard_named` (one Guard per name and options in a process) and
+`guard_callable` (a body wrapped so that each call claims its tick first). Does not claim or
+snap anything itself: the guard (`leasecron.runtime.Guard`) does.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from leasecron.models.schedules import Schedule
 from leasecron.runtime import Guard, GuardResult
 
 _NAME_PART = re.compile(r"[^a-z0-9.-]+")
@@ -70,17 +70,6 @@ def fire_time() -> Firing | None:
 def aware(moment: datetime) -> datetime:
     """`moment` in UTC; a naive value is taken as this machine's local time."""
     return moment.astimezone(UTC)
-
-
-def snapped(at: datetime, schedule: Schedule | None) -> datetime:
-    """The latest tick of `schedule` at or before `at`; `at` itself without a schedule."""
-    instant = aware(at)
-    if schedule is None:
-        return instant
-    tick = schedule.latest_at_or_before(instant)
-    if tick is None:
-        raise ValueError(f"schedule {schedule.expression!r} has no tick at or before {instant}")
-    return tick
 
 
 def guard_name(job_id: str) -> str:
@@ -142,13 +131,11 @@ def with_firing_defaults(options: Mapping[str, Any], found: Firing | None) -> di
     return merged
 
 
-def tick_of(found: Firing | None, guard: Guard) -> datetime | None:
-    """The tick a call claims: its fire time snapped onto the guard's `every`/`cron` (a
-    `job=` guard takes it as it is); None when no scheduler announced the call (the guard's
-    own rule then: the latest tick at or before now)."""
-    if found is None:
-        return None
-    return snapped(found.at, guard.settings.schedule)
+def tick_of(found: Firing | None) -> datetime | None:
+    """The fire time a call claims (the guard snaps it onto its schedule); None when no
+    scheduler announced the call (the guard's own rule then: the latest tick at or before
+    now)."""
+    return aware(found.at) if found is not None else None
 
 
 def guard_callable(
@@ -168,14 +155,14 @@ def guard_callable(
         merged = with_firing_defaults(options, found)
         job_id = found.job_id if found is not None and found.job_id else body.__name__
         guard = guard_named(name or guard_name(job_id), merged)
-        return guard, tick_of(found, guard)
+        return guard, tick_of(found)
 
     if is_async(body):
 
         @functools.wraps(body)
         async def run_async(*args: Any, **kwargs: Any) -> GuardResult[Any]:
             guard, tick = prepare()
-            async with guard.claim(tick=tick) as claimed:
+            async with guard.claim(tick=tick, snap=True) as claimed:
                 if not claimed:
                     return GuardResult.of(claimed)
                 value = await body(*args, **kwargs)
@@ -186,7 +173,7 @@ def guard_callable(
     @functools.wraps(body)
     def run(*args: Any, **kwargs: Any) -> GuardResult[Any]:
         guard, tick = prepare()
-        with guard.claim(tick=tick) as claimed:
+        with guard.claim(tick=tick, snap=True) as claimed:
             if not claimed:
                 return GuardResult.of(claimed)
             value = body(*args, **kwargs)

@@ -18,11 +18,13 @@
    `record_failed`; a create whose reply was lost is recorded Missed, taking over our own
    record if it landed).
 
-`finish()` stops the keep-alive, counts the run in RUNS, writes the JobRun's outcome
-(Succeeded, Failed with the error, LostLock when the grant was lost or expired first), then
-releases the grant (atLeastFor honoured). Anything unexpected is logged and becomes a skip
-with reason `error` in `claim()`, or a log line in `finish()`: an internal failure never
-reaches the caller's scheduler; the body's own exception does (the front ends re-raise it).
+`finish()` stops the keep-alive, counts the run in RUNS, ends its span and tells the run hooks
+(`_guard_observe`), writes the JobRun's outcome (Succeeded, Failed with the error, LostLock
+when the grant was lost or expired first), then releases the grant (atLeastFor honoured).
+Every skip is counted once in SKIPS (here or by the TickLock) and told to the hooks there.
+Anything unexpected is logged and becomes a skip with reason `error` in `claim()`, or a log
+line in `finish()`: an internal failure never reaches the caller's scheduler; the body's own
+exception does (the front ends re-raise it).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob, SpecError
+from leasecron.runtime import _guard_observe
 from leasecron.runtime._guard_runs import (
     REASON_ERROR,
     REASON_NO_JOB,
@@ -56,6 +59,7 @@ from leasecron.runtime._guard_settings import (
     tick_for,
     whole_second,
 )
+from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._records import Recorder, describe_error
 
 _log = get_logger("leasecron.runtime.guards")
@@ -76,12 +80,13 @@ def _job_lock(job: ScheduledJob) -> LockConfig:
 @dataclass(frozen=True, kw_only=True)
 class Engine:
     """One guard on one runtime: `settings`, the client it was given (None: the runtime's
-    own) and the clock it uses."""
+    own), the clock it uses and the guard's run hooks."""
 
     settings: GuardSettings
     runtime: GuardRuntime
     given_kube: Kube | None
     clock: Clock
+    hooks: RunHooks
 
     @property
     def kube(self) -> Kube:
@@ -98,13 +103,17 @@ class Engine:
             holder=holder,
             **log,
         )
-        return GuardRun(guard=s.name, namespace=s.namespace, tick=tick, reason=reason, job=s.job)
+        run = GuardRun(guard=s.name, namespace=s.namespace, tick=tick, reason=reason, job=s.job)
+        _guard_observe.skipped(self.hooks, run, identity=s.identity)
+        return run
 
-    async def claim(self, *, fired: datetime | None, now: datetime) -> GuardRun:
-        """Claim the tick of a call made at `now` whose fire time the caller gave as `fired`
-        (see the module docstring); GuardConfigError for a bad `job=` or an unknown tick."""
+    async def claim(self, *, fired: datetime | None, now: datetime, snap: bool) -> GuardRun:
+        """Claim the tick of a call made at `now` whose fire time the caller gave as `fired`,
+        snapped onto the schedule with `snap` (see the module docstring); GuardConfigError for
+        a bad `job=` or an unknown tick."""
+        self.runtime.observed.add(self.hooks)
         try:
-            return await self._claim(fired=fired, now=now)
+            return await self._claim(fired=fired, now=now, snap=snap)
         except GuardConfigError:
             raise
         except Exception as e:
@@ -112,21 +121,24 @@ class Engine:
             _log.exception("guard claim failed", guard=self.settings.name, tick=format_tick(tick))
             return self._skip(whole_second(tick, what="tick"), REASON_ERROR, error=repr(e))
 
-    def _tick(self, fired: datetime | None, now: datetime, job: ScheduledJob | None) -> datetime:
+    def _tick(
+        self, fired: datetime | None, now: datetime, job: ScheduledJob | None, snap: bool
+    ) -> datetime:
         schedule = job.spec.parsed_schedule if job is not None else self.settings.schedule
-        return tick_for(name=self.settings.name, now=now, given=fired, schedule=schedule)
+        return tick_for(name=self.settings.name, now=now, given=fired, schedule=schedule, snap=snap)
 
-    async def _claim(self, *, fired: datetime | None, now: datetime) -> GuardRun:
+    async def _claim(self, *, fired: datetime | None, now: datetime, snap: bool) -> GuardRun:
         s = self.settings
         if s.job is None:
-            tick = self._tick(fired, now, None)  # an unknown tick is an error before any I/O
+            tick = self._tick(fired, now, None, snap)  # an unknown tick fails before any I/O
         # 1. The guard Leases' cache (and the job's) of this loop.
         try:
             kube = self.kube
             cache = await self.runtime.lease_cache(kube, s.namespace, self.clock)
             job, above = await self._job() if s.job is not None else (None, 0)
         except (KubeError, TimeoutError) as e:
-            tick = whole_second(fired or now, what="tick")
+            if s.job is not None:  # the job's schedule is not known: the fire time as it is
+                tick = whole_second(fired or now, what="tick")
             return self._skip(tick, SKIP_UNAVAILABLE, error=repr(e))
         # 2. What the ScheduledJob says.
         if s.job is not None:
@@ -136,7 +148,7 @@ class Engine:
             self.runtime.advertise(
                 kube, settings=s, group=job.spec.group, handler=job.handler_name, clock=self.clock
             )
-            tick = self._tick(fired, now, job)
+            tick = self._tick(fired, now, job, snap)
             if job.spec.suspend:
                 return self._skip(tick, REASON_SUSPENDED)
         config = s.lock if job is None else _job_lock(job)
@@ -148,8 +160,8 @@ class Engine:
         result = await lock.try_claim(
             tick, stagger=stagger, starting_deadline=deadline, above=above
         )
-        if isinstance(result, Skipped):
-            return GuardRun(
+        if isinstance(result, Skipped):  # counted in SKIPS by the lock
+            skipped = GuardRun(
                 guard=s.name,
                 namespace=s.namespace,
                 tick=tick,
@@ -157,6 +169,8 @@ class Engine:
                 holder=result.holder,
                 job=s.job,
             )
+            _guard_observe.skipped(self.hooks, skipped, identity=s.identity)
+            return skipped
         # 4. Keep it alive; record the run before the body starts.
         run = GuardRun(guard=s.name, namespace=s.namespace, tick=tick, grant=result, job=s.job)
         if job is not None:
@@ -236,6 +250,7 @@ class Engine:
             await self._finish(run, error=error)
         except Exception:
             _log.exception("guard finish failed", guard=self.settings.name, tick=run.tick)
+            run.span.end(outcome=Outcome.FAILED, message="the guard's finish failed")
         finally:
             self.runtime.active.discard(run)
 
@@ -264,6 +279,9 @@ class Engine:
             _log.info("guarded body finished", holder=grant.holder, duration=duration, **fields)
         else:
             _log.warning("guarded body ended", outcome=outcome.value, message=message, **fields)
+        _guard_observe.ended(
+            self.hooks, run, outcome=outcome, message=message, error=error, duration=duration
+        )
         if run.jobrun is not None:
             try:
                 await asyncio.wait_for(

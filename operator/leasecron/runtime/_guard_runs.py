@@ -20,6 +20,7 @@ from typing import Generic, TypeVar
 from leasecron.coordination import Grant, KeepAlive, LostEvent, LostLockError
 from leasecron.models.names import format_tick
 from leasecron.models.specs import JobRun
+from leasecron.runtime._tracing import RunSpan
 
 T = TypeVar("T")
 
@@ -59,8 +60,9 @@ class GuardRun:
         self.started = 0.0
         self.jobrun: JobRun | None = None
         self.job_uid: str | None = None
-        """Set by the engine while the run is held: its keep-alive, start (local monotonic),
-        JobRun and the ScheduledJob's uid."""
+        self.span = RunSpan(None)
+        """Set while the run is held: its keep-alive, start (local monotonic), JobRun, the
+        ScheduledJob's uid (by the engine) and its span (by the guard, when the body starts)."""
         if grant is not None:
             self.lost: LostEvent = grant.lost
         else:

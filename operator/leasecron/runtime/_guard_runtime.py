@@ -5,8 +5,9 @@ client), one watch-fed cache of guard Leases (`coordination.lease_informer` sele
 `guard` role) and, for `job=` guards, one ScheduledJob cache, per (client, namespace),
 started lazily on first use; one `TickLock` per guard Lease and identity; one `Recorder` per
 (client, namespace); the member Leases of its job guards (`GuardMembers`, one per client,
-namespace, group and identity, started by a job guard's first use); and the claims that are
-held now, so that closing releases them.
+namespace, group and identity, started by a job guard's first use); the claims that are
+held now, so that closing releases them; and the run hooks of the guards that used it, whose
+queued events closing waits for (up to `HOOKS_DRAIN` seconds, like a stopping Scheduler).
 
 Sync callers share one process-wide `BackgroundLoop` and its runtime (`background()`);
 async callers get the runtime of their running loop (`for_running_loop()`). `close_guards()`
@@ -24,6 +25,7 @@ import atexit
 import contextlib
 import os
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,6 +44,7 @@ from leasecron.models.specs import job_label_value
 from leasecron.runtime._guard_members import GuardMembers
 from leasecron.runtime._guard_runs import GuardRun
 from leasecron.runtime._guard_settings import GuardSettings
+from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._records import Recorder
 
 _log = get_logger("leasecron.runtime.guards")
@@ -49,6 +52,8 @@ GUARD_SELECTOR = f"{LABEL_ROLE}={ROLE_GUARD}"
 START_TIMEOUT = 10.0
 """Seconds a call waits for a cache to start before it skips (store_unavailable)."""
 CLOSE_TIMEOUT = 10.0
+HOOKS_DRAIN = 5.0
+"""Seconds closing waits, in all, for the guards' run hooks to be delivered."""
 
 Key = tuple[int, str]
 
@@ -67,6 +72,8 @@ class GuardRuntime:
         self._members: dict[tuple[int, str, str, str], GuardMembers] = {}
         self.active: set[GuardRun] = set()
         """Claims held now (released by `close`)."""
+        self.observed: weakref.WeakSet[RunHooks] = weakref.WeakSet()
+        """The run hooks of the guards that claimed here (drained when closing)."""
         self.closed = False
 
     def kube(self, given: Kube | None) -> Kube:
@@ -246,6 +253,16 @@ async def aclose_guards() -> None:
         runtime = _loop_runtimes.pop(loop, None)
     if runtime is not None:
         await runtime.close()
+        deadline = time.monotonic() + HOOKS_DRAIN
+        for hooks in list(runtime.observed):
+            await hooks.drain(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _flush(runtimes: list[GuardRuntime]) -> None:
+    """Wait (from a thread that is none of their loops) for the hooks of `runtimes`."""
+    deadline = time.monotonic() + HOOKS_DRAIN
+    for hooks in {h for runtime in runtimes for h in list(runtime.observed)}:
+        hooks.flush(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def close_guards() -> None:
@@ -262,6 +279,7 @@ def close_guards() -> None:
             loop.run(runtime.close(), timeout=CLOSE_TIMEOUT)
         except Exception:
             _log.exception("closing the guards failed")
+        _flush([runtime])  # before the loop stops: coroutine hooks run on it
         loop.stop()
     try:
         current = asyncio.get_running_loop()
@@ -275,6 +293,7 @@ def close_guards() -> None:
         future = asyncio.run_coroutine_threadsafe(other_runtime.close(), other)
         with contextlib.suppress(Exception):
             future.result(CLOSE_TIMEOUT)
+        _flush([other_runtime])
 
 
 def _forget_after_fork() -> None:

@@ -12,6 +12,13 @@ schedule at or before now (`every`: aligned to the Unix epoch; `cron`: read in `
 `job=`: the ScheduledJob's schedule and time zone). Ticks are whole seconds (the Lease records
 the claimed tick, and JobRuns are named after it, at one-second resolution), so a fire time
 is truncated to its second.
+
+Snapping (`snap=True`, on the guard or one claim): a fire time is moved to the latest tick of
+that same schedule at or before it, so that callers whose triggers count intervals from their
+own start (APScheduler's interval trigger, Celery's `schedule`, a timer loop), and so fire at
+different moments on each replica, claim the same tick. For a `job=` guard the schedule is
+the ScheduledJob's, read at claim time. A guard without a schedule takes the fire time as it
+is.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from leasecron.models.configs import ConfigError, DurationLike, LockConfig, to_timedelta
 from leasecron.models.durations import format_duration
 from leasecron.models.identity import make_identity
-from leasecron.models.names import dns_name
+from leasecron.models.names import dns_name, format_tick
 from leasecron.models.schedules import Schedule, ScheduleError
 
 LEASE_PREFIX = "leasecron-guard-"
@@ -148,6 +155,9 @@ class GuardSettings:
     lock: LockConfig | None
     starting_deadline: timedelta | None
     stagger: timedelta
+    snap: bool = False
+    """Whether a given fire time is snapped onto the schedule by default (see the module
+    docstring)."""
 
     @property
     def lease(self) -> str:
@@ -176,9 +186,12 @@ class GuardSettings:
         keep_alive: bool | None,
         starting_deadline: DurationLike | None,
         stagger: DurationLike,
+        snap: bool = False,
     ) -> GuardSettings:
         """Check every parameter; GuardConfigError names the first bad one."""
         checked = check_name(name)
+        if not isinstance(snap, bool):
+            raise GuardConfigError(f"snap ({snap!r}) must be True or False")
         if tick is not None and not callable(tick):
             raise GuardConfigError(f"tick ({tick!r}) must be a callable returning a datetime")
         spread = _duration("stagger", stagger)
@@ -192,6 +205,7 @@ class GuardSettings:
                 job=job,
                 tick=tick,
                 stagger=spread,
+                snap=snap,
                 given={
                     "every": every,
                     "cron": cron,
@@ -226,6 +240,7 @@ class GuardSettings:
             ),
             starting_deadline=deadline,
             stagger=spread,
+            snap=snap,
         )
 
     @classmethod
@@ -238,6 +253,7 @@ class GuardSettings:
         job: str,
         tick: TickSource | None,
         stagger: timedelta,
+        snap: bool,
         given: dict[str, object],
     ) -> GuardSettings:
         if not isinstance(job, str) or not job:
@@ -258,6 +274,7 @@ class GuardSettings:
             lock=None,
             starting_deadline=None,
             stagger=stagger,
+            snap=snap,
         )
 
 
@@ -284,12 +301,22 @@ def tick_for(
     now: datetime,
     given: datetime | None,
     schedule: Schedule | None,
+    snap: bool = False,
 ) -> datetime:
-    """The tick of a call made at `now` whose fire time is `given` (None: not known): see
-    the module docstring. GuardConfigError when neither the caller nor a schedule says which
-    tick it is."""
+    """The tick of a call made at `now` whose fire time is `given` (None: not known), with
+    `snap` moved to the latest tick of `schedule` at or before it: see the module docstring.
+    GuardConfigError when neither the caller nor a schedule says which tick it is."""
     if given is not None:
-        return whole_second(given, what="tick")
+        moment = whole_second(given, what="tick")
+        if not snap or schedule is None:
+            return moment
+        snapped = schedule.latest_at_or_before(given.astimezone(UTC))
+        if snapped is None:
+            raise GuardConfigError(
+                f"tick ({format_tick(moment)}): schedule {schedule.expression!r} has no tick "
+                "at or before it to snap to"
+            )
+        return snapped
     if schedule is not None:
         latest = schedule.latest_at_or_before(now)
         if latest is not None:

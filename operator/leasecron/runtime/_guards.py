@@ -16,6 +16,13 @@ replica's trigger and let a lock decide who runs each tick (ShedLock's answer)::
 
 Inside a guarded body `current_run()` is the run (token, tick, held, assert_held, lost).
 
+Observed like a Scheduler's runs (`_guard_observe`): `Guard(hooks=[fn])` and the decorators
+`on_start`, `on_success`, `on_failure`, `on_skip` get `RunEvent`s (started when the body
+starts, succeeded/failed when it ended, `error` the body's exception, skipped with the reason
+of every tick this replica did not run), and each run is a span `leasecron.run <job>`, a
+child of the caller's current span, current around the body (in the caller's thread for a
+sync body). Plain hooks run on the hooks' own thread, never in the caller's.
+
 Promises (the per-tick promises of a once-per-tick ScheduledJob, docs/design.md §5):
 
 - **At most one body per tick across replicas** while the Lease protocol holds: every claim
@@ -29,8 +36,11 @@ Promises (the per-tick promises of a once-per-tick ScheduledJob, docs/design.md 
   `job=` guard's Lease is created above the highest token the job ever had on record.
 - **The tick**: the caller's fire time when known (`claim(tick=...)`, or the `tick=`
   callable), else the latest tick of `every` (aligned to the Unix epoch) / `cron` (in
-  `time_zone`) / the job's schedule at or before now; whole seconds. Nobody starts tick T after
-  T + `starting_deadline` (`deadline`).
+  `time_zone`) / the job's schedule at or before now; whole seconds. With `snap=True` (on
+  the guard, or one `claim(snap=True)`) a fire time is moved to the latest tick of that
+  schedule at or before it (for a `job=` guard, the ScheduledJob's, read at claim time), so
+  replicas whose triggers count intervals from their own start claim the same tick. Nobody
+  starts tick T after T + `starting_deadline` (`deadline`).
 - **Skips are values** (`reason`: taken, live_grant, deadline, conflict, exists,
   store_unavailable, uncertain, suspended, no_job, record_failed, error), logged at debug and
   counted in `leasecron_skips_total`; runs are counted in `leasecron_runs_total`, both with
@@ -59,7 +69,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import ExitStack
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
@@ -68,6 +79,7 @@ from leasecron._logs import get_logger
 from leasecron.kube.clients import Kube
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import DurationLike
+from leasecron.runtime import _guard_observe
 from leasecron.runtime._environment import default_namespace, resolve_identity
 from leasecron.runtime._guard_engine import Engine
 from leasecron.runtime._guard_runs import GuardResult, GuardRun, enter, leave
@@ -79,16 +91,19 @@ from leasecron.runtime._guard_settings import (
     TickSource,
     fire_time,
 )
+from leasecron.runtime._hooks import RunEventKind, RunHook, RunHooks
 
 P = ParamSpec("P")
 R = TypeVar("R")
+H = TypeVar("H", bound=RunHook)
 _log = get_logger("leasecron.runtime.guards")
 
 
 class Guard:
     """A lock for the ticks of one function that something else schedules (see the module
     docstring). Every parameter after `name` is keyword-only and checked here: a
-    GuardConfigError names the parameter and the value."""
+    GuardConfigError names the parameter and the value. `snap`: fire times are snapped onto
+    the schedule by default; `hooks` are told of every run and skip (`RunEvent`)."""
 
     def __init__(
         self,
@@ -107,6 +122,8 @@ class Guard:
         keep_alive: bool | None = None,
         starting_deadline: DurationLike | None = None,
         stagger: DurationLike = DEFAULT_STAGGER,
+        snap: bool = False,
+        hooks: Iterable[RunHook] = (),
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = GuardSettings.build(
@@ -123,9 +140,11 @@ class Guard:
             keep_alive=keep_alive,
             starting_deadline=starting_deadline,
             stagger=stagger,
+            snap=snap,
         )
         self.kube = kube
         self.clock = clock
+        self.hooks = RunHooks(hooks)
 
     @property
     def name(self) -> str:
@@ -144,11 +163,38 @@ class Guard:
         s = self.settings
         return f"Guard({s.name!r}, namespace={s.namespace!r}, identity={s.identity!r})"
 
+    # --- run hooks ------------------------------------------------------------------------
+
+    def on_start(self, fn: H) -> H:
+        """Decorator: call `fn(event)` when a body starts."""
+        return self._hook(fn, RunEventKind.STARTED)
+
+    def on_success(self, fn: H) -> H:
+        """Decorator: call `fn(event)` when a body returned (outcome Succeeded)."""
+        return self._hook(fn, RunEventKind.SUCCEEDED)
+
+    def on_failure(self, fn: H) -> H:
+        """Decorator: call `fn(event)` when a run ended otherwise (Failed, LostLock);
+        `event.error` is the body's exception, when it raised one."""
+        return self._hook(fn, RunEventKind.FAILED)
+
+    def on_skip(self, fn: H) -> H:
+        """Decorator: call `fn(event)` for a tick this replica did not run (`event.reason`)."""
+        return self._hook(fn, RunEventKind.SKIPPED)
+
+    def _hook(self, fn: H, kind: RunEventKind) -> H:
+        self.hooks.add(fn, kinds=(kind,))
+        return fn
+
     # --- the engine ----------------------------------------------------------------------
 
     def _engine(self, runtime: GuardRuntime) -> Engine:
         return Engine(
-            settings=self.settings, runtime=runtime, given_kube=self.kube, clock=self.clock
+            settings=self.settings,
+            runtime=runtime,
+            given_kube=self.kube,
+            clock=self.clock,
+            hooks=self.hooks,
         )
 
     def _fired(self, given: datetime | None) -> datetime | None:
@@ -164,12 +210,21 @@ class Guard:
 
     # --- sync --------------------------------------------------------------------------
 
-    def claim_sync(self, *, tick: datetime | None = None) -> GuardRun:
-        """Claim `tick` (default: the tick rule) from sync code; blocks this thread only.
-        A held run must be passed to `finish_sync` (the `claim()` context manager does)."""
+    def _snap(self, snap: bool | None) -> bool:
+        return self.settings.snap if snap is None else snap
+
+    def claim_sync(self, *, tick: datetime | None = None, snap: bool | None = None) -> GuardRun:
+        """Claim `tick` (default: the tick rule; `snap` None: the guard's) from sync code;
+        blocks this thread only. A held run's body starts when this returns (its span starts
+        under this thread's context, `started` is told) and it must be passed to
+        `finish_sync` (the `claim()` context manager does both, and makes the span current)."""
         fired, now = self._fired(tick), self.clock.now()
         loop, runtime = background()
-        return loop.run(self._engine(runtime).claim(fired=fired, now=now))
+        claim = self._engine(runtime).claim(fired=fired, now=now, snap=self._snap(snap))
+        run = loop.run(claim)
+        if run:
+            _guard_observe.started(self.hooks, run, loop=loop.loop)
+        return run
 
     def finish_sync(self, run: GuardRun, *, error: BaseException | None = None) -> None:
         """End a run from `claim_sync`: its outcome recorded, its grant released."""
@@ -178,19 +233,26 @@ class Guard:
 
     # --- async -------------------------------------------------------------------------
 
-    async def claim_async(self, *, tick: datetime | None = None) -> GuardRun:
+    async def claim_async(
+        self, *, tick: datetime | None = None, snap: bool | None = None
+    ) -> GuardRun:
         """Claim `tick` on the running loop (its own runtime); pair with `finish_async`."""
         fired, now = self._fired(tick), self.clock.now()
-        return await self._engine(for_running_loop()).claim(fired=fired, now=now)
+        engine = self._engine(for_running_loop())
+        run = await engine.claim(fired=fired, now=now, snap=self._snap(snap))
+        if run:
+            _guard_observe.started(self.hooks, run)
+        return run
 
     async def finish_async(self, run: GuardRun, *, error: BaseException | None = None) -> None:
         await self._finish_on(for_running_loop(), run, error)
 
     # --- forms -------------------------------------------------------------------------
 
-    def claim(self, *, tick: datetime | None = None) -> Claim:
-        """`with guard.claim() as run:` or `async with guard.claim(tick=t) as run:`."""
-        return Claim(self, tick)
+    def claim(self, *, tick: datetime | None = None, snap: bool | None = None) -> Claim:
+        """`with guard.claim() as run:` or `async with guard.claim(tick=t) as run:`; `snap`
+        (None: the guard's `snap`) snaps the fire time onto the schedule."""
+        return Claim(self, tick, snap)
 
     @overload
     def __call__(  # type: ignore[overload-overlap]
@@ -235,18 +297,29 @@ class Guard:
 class Claim:
     """The context manager of `Guard.claim()`: enters with the GuardRun (falsy when the tick
     was not claimed), which is also `current_run()` inside the block; on exit the outcome is
-    recorded and the grant released. The block's exception propagates."""
+    recorded and the grant released. The run's span is the current span inside the block.
+    The block's exception propagates."""
 
-    def __init__(self, guard: Guard, tick: datetime | None) -> None:
+    def __init__(self, guard: Guard, tick: datetime | None, snap: bool | None) -> None:
         self._guard = guard
         self._tick = tick
+        self._snap = snap
         self._run: GuardRun | None = None
         self._token: Any = None
+        self._span = ExitStack()
+
+    def _entered(self, run: GuardRun) -> GuardRun:
+        self._run = run
+        self._token = enter(run)
+        self._span.enter_context(run.span.current())
+        return run
+
+    def _left(self) -> None:
+        self._span.close()
+        leave(self._token)
 
     def __enter__(self) -> GuardRun:
-        run = self._run = self._guard.claim_sync(tick=self._tick)
-        self._token = enter(run)
-        return run
+        return self._entered(self._guard.claim_sync(tick=self._tick, snap=self._snap))
 
     def __exit__(
         self,
@@ -254,14 +327,12 @@ class Claim:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        leave(self._token)
+        self._left()
         if self._run is not None and self._run.ran:
             self._guard.finish_sync(self._run, error=exc)
 
     async def __aenter__(self) -> GuardRun:
-        run = self._run = await self._guard.claim_async(tick=self._tick)
-        self._token = enter(run)
-        return run
+        return self._entered(await self._guard.claim_async(tick=self._tick, snap=self._snap))
 
     async def __aexit__(
         self,
@@ -269,7 +340,7 @@ class Claim:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        leave(self._token)
+        self._left()
         if self._run is not None and self._run.ran:
             await asyncio.shield(self._guard.finish_async(self._run, error=exc))
 

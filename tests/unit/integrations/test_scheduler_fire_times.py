@@ -1,5 +1,6 @@
-"""Fire times the scheduler integrations claim: a scheduler's fire time snapped onto the
-guard's grid, guard names from job ids, and what a scheduler's timing settings become."""
+"""Fire times the scheduler integrations claim: a scheduler's fire time handed to the guard
+(which snaps it onto its grid), guard names from job ids, and what a scheduler's timing
+settings become."""
 
 from __future__ import annotations
 
@@ -8,26 +9,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from leasecron.integrations import _firing
-from leasecron.models.schedules import Schedule
 
 NOON = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def test_a_fire_time_is_snapped_to_the_latest_tick_of_the_grid_at_or_before_it() -> None:
-    every_10s = Schedule.parse("@every 10s")
-    assert _firing.snapped(NOON + timedelta(seconds=7.3), every_10s) == NOON
-    assert _firing.snapped(NOON + timedelta(seconds=10), every_10s) == NOON + timedelta(seconds=10)
-
-
-def test_a_fire_time_is_snapped_onto_a_cron_grid_in_its_time_zone() -> None:
-    two_am_berlin = Schedule.parse("0 2 * * *", time_zone="Europe/Berlin")
-    late = datetime(2026, 3, 2, 1, 0, 30, tzinfo=UTC)  # 02:00:30 in Berlin (CET)
-    assert _firing.snapped(late, two_am_berlin) == datetime(2026, 3, 2, 1, 0, tzinfo=UTC)
-
-
-def test_without_a_grid_the_fire_time_is_the_tick_and_naive_means_local_time() -> None:
-    local = datetime(2026, 3, 1, 12, 0, 5)
-    assert _firing.snapped(local, None) == local.astimezone(UTC)
+def test_the_fire_time_is_handed_to_the_guard_as_it_is_and_naive_means_local_time() -> None:
+    # The guard snaps it onto its schedule (tests/unit/guards/test_guard_snapping.py).
+    local = datetime(2026, 3, 1, 12, 0, 5, 300000)
+    assert _firing.tick_of(_firing.Firing(at=local)) == local.astimezone(UTC)
+    assert _firing.tick_of(None) is None
 
 
 @pytest.mark.parametrize(
