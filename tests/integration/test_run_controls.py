@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from operator_helpers import StartOperator, get_job, jobruns, poll
+from prometheus_client import REGISTRY
 
 from leasecron import JobContext, Scheduler
 from leasecron.kube.clients import Kube
@@ -249,6 +250,53 @@ def test_retries_stop_before_the_next_tick_unless_overlap_is_allowed(
 # --- spec.concurrencyPolicy ----------------------------------------------------------------
 
 
+def test_forbid_starts_only_the_newest_of_the_ticks_that_waited_for_a_long_run(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    lock = threading.Lock()
+    going: list[int] = [0]
+    most: list[int] = [0]
+    first = threading.Event()
+
+    def long_then_quick(ctx: JobContext) -> None:
+        with lock:
+            going[0] += 1
+            most[0] = max(most[0], going[0])
+        try:
+            if not first.is_set():
+                first.set()
+                ctx.wait_lost(3.5)
+            else:
+                ctx.wait_lost(0.3)
+        finally:
+            with lock:
+                going[0] -= 1
+
+    capture = CapturingHandler(long_then_quick)
+    replica = scheduler(kube, namespace)
+    replica.register("report", capture)
+    create_job(kube_api, namespace, "report", schedule="@every 1s")
+    replica.start()
+    try:
+        runs = watch_jobruns(
+            kube_api,
+            namespace=namespace,
+            job="report",
+            until=lambda items: (
+                len([i for i in finished(items) if status(i)["outcome"] == "Succeeded"]) >= 4
+            ),
+            timeout=30,
+        )
+    finally:
+        replica.stop()
+    assert most[0] == 1, "runs of a Forbid job overlapped"
+    assert any(status(r)["outcome"] == "Missed" for r in runs)
+    ran = [ctx.tick for ctx in capture.contexts]
+    assert len(ran) == len(set(ran))
+    missed = {r["spec"]["tick"] for r in runs if status(r)["outcome"] == "Missed"}
+    assert not missed & {format_tick(t) for t in ran}
+
+
 def test_replace_stops_the_running_run_when_the_next_tick_comes_on_any_replica(
     kube_api: Any, namespace: str, replicas: list[tuple[Scheduler, CapturingHandler]]
 ) -> None:
@@ -324,6 +372,62 @@ def test_allow_lets_runs_of_consecutive_ticks_overlap_each_with_its_own_token(
     ticks = sorted(t for t, span in spans.items() if len(span) == 2)[:2]
     first, second = spans[ticks[0]], spans[ticks[1]]
     assert second[0] < first[1], "the second run started only after the first ended"
+
+
+# --- every-replica -------------------------------------------------------------------------
+
+
+def runs_counted(namespace: str, job: str, outcome: str) -> float:
+    labels = {"job_namespace": namespace, "scheduled_job": job, "outcome": outcome}
+    value = REGISTRY.get_sample_value("leasecron_runs_total", labels | {"bucket": "every-replica"})
+    return value or 0.0
+
+
+def test_every_replica_runs_time_out_and_overlap_per_replica_as_their_job_says(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """`cache` times out after a second on each replica and is counted TimedOut; `warm`
+    (Allow) overlaps with itself on each replica."""
+    cancelled = threading.Event()
+    overlapped = threading.Event()
+    going: Counter[str] = Counter()
+    lock = threading.Lock()
+    replica = scheduler(kube, namespace)
+
+    @replica.job("cache")
+    async def cache(ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    @replica.job("warm")
+    def warm(ctx: JobContext) -> None:
+        with lock:
+            going[ctx.holder] += 1
+            if going[ctx.holder] > 1:
+                overlapped.set()
+        try:
+            ctx.wait_lost(2.5)
+        finally:
+            with lock:
+                going[ctx.holder] -= 1
+
+    create_job(kube_api, namespace, "cache", bucket="every-replica", timeout="1s")
+    create_job(kube_api, namespace, "warm", bucket="every-replica", concurrencyPolicy="Allow")
+    replica.start()
+    try:
+        poll(
+            lambda: runs_counted(namespace, "cache", "TimedOut") >= 1,
+            timeout=20,
+            what="an every-replica run counted TimedOut",
+        )
+        assert overlapped.wait(20), "two runs of an Allow job never went at once"
+    finally:
+        replica.stop()
+    assert cancelled.is_set()
+    assert not jobruns(kube_api, namespace)  # every-replica runs are counted, not recorded
 
 
 # --- the operator -------------------------------------------------------------------------

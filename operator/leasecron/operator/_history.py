@@ -8,11 +8,12 @@ finished runs to delete so that a job keeps only its configured history.
   the operator from racing it.
 - **Pruning**: finished runs are kept per outcome class, newest first: `history.succeeded`
   runs with outcome `Succeeded`, and `history.failed` runs of every other finished outcome
-  (`Failed`, `LostLock`, `Abandoned`, `Missed`, `Unguarded`). Runs still `Running` (or without
-  an outcome yet) and requests still `Pending` are never pruned, nor are runs of ticks the
-  missed-run judgement may still look at (`keep_ticks_after`: the last startingDeadline +
-  grace + run-record grace), since a tick without its JobRun would be taken for a missed one;
-  so a frequent job keeps a few more runs than its limits for that long.
+  (`Failed`, `TimedOut`, `LostLock`, `Abandoned`, `Missed`, `Unguarded`). Runs still
+  `Running` (or without an outcome yet) and requests still `Pending` are never pruned, nor
+  are runs of ticks the missed-run judgement may still look at (`keep_ticks_after`: the last
+  startingDeadline + grace + run-record grace), since a tick without its JobRun would be
+  taken for a missed one; so a frequent job keeps a few more runs than its limits for that
+  long.
 - **Expired requests**: a requested run (`leasecron run`, `backfill`) still `Pending` after
   the job's startingDeadline from its creation was picked up by no replica; it is finished
   `Missed` (the replicas cannot: when none is there to pick it up, none is there to expire it).

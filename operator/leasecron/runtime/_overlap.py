@@ -3,7 +3,8 @@ tick of the same job still goes (once-per-tick: all runs of a shard stay on the 
 holds it; every-replica: per replica).
 
 - `Forbid` (the default): the new tick waits for the running run until its own
-  startingDeadline, and is skipped (`overlap`, recorded `Missed`) if that run still goes.
+  startingDeadline, and is skipped (`overlap`, recorded `Missed`) if that run still goes,
+  or when a newer tick waits too (only the newest starts).
 - `Replace`: the running run is told to stop (`StopReason.REPLACED`: it ends `Failed`,
   "replaced by tick T"); the new tick starts once it has stopped, or after the stop grace
   (`_timeouts.stop_grace`) plus a short margin for its record, whatever it does.
@@ -65,10 +66,25 @@ async def make_way(
 
 
 class Overlapping:
-    """The runs of one job still going beside its newest (concurrencyPolicy: Allow)."""
+    """The runs of one job still going beside its newest (concurrencyPolicy: Allow), and the
+    newest of its ticks waiting for them (`queue` / `turn`): when several ticks wait for one
+    long run (Forbid) or for a replaced run to end, only the newest of them starts."""
 
     def __init__(self) -> None:
         self._runs: list[Run] = []
+        self._waiting: datetime | None = None
+
+    def queue(self, tick: datetime) -> None:
+        """Tick `tick` waits for the job's runs before it starts."""
+        if self._waiting is None or tick > self._waiting:
+            self._waiting = tick
+
+    def turn(self, tick: datetime) -> bool:
+        """After its wait: whether `tick` may start (no newer tick of the job waits)."""
+        if self._waiting is not None and self._waiting > tick:
+            return False
+        self._waiting = None
+        return True
 
     def keep(self, run: Run | None) -> None:
         """`run` is no longer the newest: keep it until it ends."""

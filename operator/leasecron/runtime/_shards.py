@@ -675,9 +675,11 @@ class ShardTicks:
         runs = [r for r in (entry.running, *entry.earlier.runs()) if r is not None]
         left = instant + entry.job.spec.starting_deadline - self._services.clock.now()
         grace = stop_grace(self._services.grace_period)
-        return await make_way(
+        entry.earlier.queue(instant)
+        may = await make_way(
             runs, job=entry.job, tick=instant, grace=grace, wait=left.total_seconds()
         )
+        return entry.earlier.turn(instant) and may
 
     async def _run_plan(
         self,

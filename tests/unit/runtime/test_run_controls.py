@@ -320,3 +320,13 @@ def test_the_earlier_runs_of_an_allow_job_are_kept_until_they_end() -> None:
         return going, len(earlier.runs())
 
     assert asyncio.run(main()) == (1, 0)
+
+
+def test_of_several_ticks_waiting_for_one_run_only_the_newest_starts() -> None:
+    waiting = Overlapping()
+    waiting.queue(TICK)
+    waiting.queue(NEXT)
+    waiting.queue(TICK + timedelta(minutes=30))
+    assert not waiting.turn(TICK)
+    assert waiting.turn(NEXT)
+    assert waiting.turn(NEXT + timedelta(hours=1))  # nobody else waits
