@@ -10,7 +10,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -95,13 +95,9 @@ def contexts(pairs: list[tuple[Scheduler, CapturingHandler]]) -> list[JobContext
 # --- spec.timeout -------------------------------------------------------------------------
 
 
-def test_an_async_handler_past_its_timeout_is_cancelled_and_its_run_recorded_timed_out(
-    kube: Kube, namespace: str
-) -> None:
-    cancelled = threading.Event()
-    replica = scheduler(kube, namespace)
+def hang_until_cancelled(cancelled: threading.Event) -> Callable[[JobContext], Awaitable[None]]:
+    """An async handler that never ends by itself; sets `cancelled` when its task is."""
 
-    @replica.job("hang")
     async def hang(ctx: JobContext) -> None:
         try:
             await asyncio.sleep(3600)
@@ -109,6 +105,15 @@ def test_an_async_handler_past_its_timeout_is_cancelled_and_its_run_recorded_tim
             cancelled.set()
             raise
 
+    return hang
+
+
+def test_an_async_handler_past_its_timeout_is_cancelled_and_its_run_recorded_timed_out(
+    kube: Kube, namespace: str
+) -> None:
+    cancelled = threading.Event()
+    replica = scheduler(kube, namespace)
+    replica.register("hang", hang_until_cancelled(cancelled))
     result = run_tick_sync(replica, scheduled_job("hang", schedule=YEARLY, timeout="1s"))
     assert result.outcome == "TimedOut"
     assert cancelled.is_set()
@@ -387,20 +392,14 @@ def test_every_replica_runs_time_out_and_overlap_per_replica_as_their_job_says(
     kube: Kube, kube_api: Any, namespace: str
 ) -> None:
     """`cache` times out after a second on each replica and is counted TimedOut; `warm`
-    (Allow) overlaps with itself on each replica."""
+    (Allow) overlaps with itself on each replica; each tick of `reload` (Replace) stops the
+    run of the one before."""
     cancelled = threading.Event()
     overlapped = threading.Event()
     going: Counter[str] = Counter()
     lock = threading.Lock()
     replica = scheduler(kube, namespace)
-
-    @replica.job("cache")
-    async def cache(ctx: JobContext) -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    replica.register("cache", hang_until_cancelled(cancelled))
 
     @replica.job("warm")
     def warm(ctx: JobContext) -> None:
@@ -414,7 +413,10 @@ def test_every_replica_runs_time_out_and_overlap_per_replica_as_their_job_says(
             with lock:
                 going[ctx.holder] -= 1
 
+    reloads = CapturingHandler(lambda ctx: ctx.wait_lost(30))
+    replica.register("reload", reloads)
     create_job(kube_api, namespace, "cache", bucket="every-replica", timeout="1s")
+    create_job(kube_api, namespace, "reload", bucket="every-replica", concurrencyPolicy="Replace")
     create_job(kube_api, namespace, "warm", bucket="every-replica", concurrencyPolicy="Allow")
     replica.start()
     try:
@@ -424,9 +426,12 @@ def test_every_replica_runs_time_out_and_overlap_per_replica_as_their_job_says(
             what="an every-replica run counted TimedOut",
         )
         assert overlapped.wait(20), "two runs of an Allow job never went at once"
+        assert reloads.wait_calls(3, timeout=20), "a Replace job's run was not replaced"
     finally:
         replica.stop()
     assert cancelled.is_set()
+    assert all(ctx.lost.is_set() for ctx in reloads.contexts[:2])
+    assert runs_counted(namespace, "reload", "Failed") >= 2
     assert not jobruns(kube_api, namespace)  # every-replica runs are counted, not recorded
 
 
@@ -438,11 +443,7 @@ def test_the_operator_shows_a_timed_out_run_as_the_last_run_and_not_as_a_success
 ) -> None:
     create_job(kube_api, namespace, "hang", schedule=YEARLY, timeout="1s")
     replica = scheduler(kube, namespace)
-
-    @replica.job("hang")
-    async def hang(ctx: JobContext) -> None:
-        await asyncio.sleep(3600)
-
+    replica.register("hang", hang_until_cancelled(threading.Event()))
     with start_operator():
         result = run_tick_sync(replica, "hang")
         assert result.outcome == "TimedOut"
