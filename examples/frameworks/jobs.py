@@ -14,6 +14,7 @@ LEASECRON_ONE_PER_POD=1 to run one Scheduler per pod when the server runs severa
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -22,6 +23,10 @@ from typing import Any
 
 from leasecron import JobContext, Scheduler
 from leasecron.integrations.workers import PodLock
+
+# Embedded in a server, leasecron logs through the standard library's logging, like any
+# library: this shows its INFO lines (a scheduler started, a pod lock taken) and up.
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
 
 scheduler = Scheduler(os.environ.get("LEASECRON_GROUP", "web"), grace_period=10.0)
 """Made at import, in each worker: every worker process gets its own identity."""

@@ -8,7 +8,9 @@ Every JSON line has `event`, `level`, `logger` and `timestamp`; an exception is 
 the `exception` field of the same line. Job, tick, holder and token are bound by the callers
 that know them. Configured once by the CLI entry points (and by `Scheduler.run_forever` when the
 application has not configured structlog); a library user who configures structlog and
-logging themselves keeps their own configuration.
+logging themselves keeps their own configuration. A Scheduler or guard embedded in an
+application that configured neither defers to the standard library's `logging`
+(`defer_to_logging`), as a library should.
 
 Does not promise: that output written to stderr directly by other code (a C extension, a
 `print`) or before `configure` runs (click's usage errors) is JSON.
@@ -88,6 +90,29 @@ def configure(*, level: str | None = None, json: bool | None = None) -> None:
         logging.getLogger(library).setLevel(quiet)
     logging.captureWarnings(True)
     _route_uncaught()
+
+
+def defer_to_logging() -> None:
+    """Unless structlog is configured, send leasecron's events to the standard library's
+    `logging` (loggers `leasecron.*`, one `key=value` line per event), so that an application
+    that embeds a Scheduler or a guard (a web server, a worker) decides what is shown and where,
+    as with any library: nothing below WARNING unless it configures logging. Without this,
+    structlog's default would print every event, debug included, to stdout. Leaves the root
+    logger and its handlers alone."""
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0),
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=True,
+    )
 
 
 def _route_uncaught() -> None:

@@ -188,6 +188,7 @@ class OnePerPod:
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError(f"{self.lock!r} is already contended for by this process")
         self._stopping.clear()
+        _logs.defer_to_logging()
         _log.info("contending for the pod lock", lock=str(self.lock.path), pid=os.getpid())
         self._thread = threading.Thread(target=self._run, name="leasecron-pod-lock", daemon=True)
         self._thread.start()
@@ -235,6 +236,7 @@ async def lead_when_locked(
 ) -> None:
     """asyncio form of `OnePerPod`: poll `lock` every `lock.interval` seconds until `stop`;
     while held, await `run(stop)` (which returns once `stop` is set), then release."""
+    _logs.defer_to_logging()
     _log.info("contending for the pod lock", lock=str(lock.path), pid=os.getpid())
     while not stop.is_set():
         if lock.try_acquire(note=note):

@@ -237,6 +237,7 @@ class Scheduler:
             self._startup_error = None
             if self._stop_requested:  # stop() came before the loop was there
                 self._stop_event.set()
+        _logs.defer_to_logging()
         runtime = self._runtime = Runtime(self._settings, self._registry, self._kube)
         try:
             await runtime.serve(self._stop_event, self._on_ready)
