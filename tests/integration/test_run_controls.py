@@ -173,6 +173,7 @@ def test_a_run_that_fails_twice_then_succeeds_has_one_jobrun_with_three_attempts
     assert [a["outcome"] for a in attempts] == ["Failed", "Failed", "Succeeded"]
     assert attempts[0]["message"] == "RuntimeError: attempt 1 failed"
     assert status(result.jobrun)["outcome"] == "Succeeded"
+    assert status(result.jobrun)["message"] == "attempt 3 of 4"
     assert result.jobrun["spec"]["fencingToken"] == capture.contexts[0].token
     assert all(a["start"] <= a["end"] for a in attempts)
     assert attempts[0]["end"] <= attempts[1]["start"] <= attempts[2]["start"]

@@ -115,11 +115,12 @@ def decide(
 def final_message(message: str, *, attempts: int, limit: int, why: str) -> str:
     """The run's message: its last attempt's, with the count of attempts of a retried run and
     why retries stopped early."""
+    count = f"attempt {attempts} of {limit + 1}"
     if why:
-        return f"{message} (attempt {attempts} of {limit + 1}; retries stopped: {why})"
-    if attempts > 1:
-        return f"{message} (attempt {attempts} of {limit + 1})"
-    return message
+        count = f"{count}; retries stopped: {why}"
+    elif attempts == 1:
+        return message
+    return f"{message} ({count})" if message else count
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ def test_a_retry_never_starts_after_the_claims_at_most_for() -> None:
 
 def test_the_message_of_a_retried_run_counts_its_attempts_and_says_why_retries_stopped() -> None:
     assert final_message("ValueError: x", attempts=1, limit=0, why="") == "ValueError: x"
-    assert final_message("", attempts=3, limit=3, why="") == " (attempt 3 of 4)"
+    assert final_message("", attempts=3, limit=3, why="") == "attempt 3 of 4"
     stopped = final_message("ValueError: x", attempts=2, limit=3, why="the next tick")
     assert stopped == "ValueError: x (attempt 2 of 4; retries stopped: the next tick)"
 
