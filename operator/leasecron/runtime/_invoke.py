@@ -2,10 +2,12 @@
 scheduler's thread pool, both with the run's structlog context bound.
 
 Owns starting, interrupting (set `ctx.lost`; cancel the task of an async handler) and waiting
-for a handler, bounded by a grace period. It does not decide outcomes or write records; the
-dispatchers do, from the `HandlerEnd` returned here. What it cannot promise: to stop a sync
-handler that ignores `ctx.lost`. After the grace period its thread is abandoned (left
-running, no longer waited for) and the end is reported as `abandoned`.
+for a handler, bounded by a grace period, and stopping it at its spec.timeout
+(`RunControl.run`; each attempt of a retried run has its own `RunControl.attempt()`). It
+does not decide outcomes or write records; the dispatchers do, from the `HandlerEnd`
+returned here. What it cannot promise: to stop a sync handler that ignores `ctx.lost`. After
+the grace period its thread is abandoned (left running, no longer waited for) and the end is
+reported as `abandoned`.
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ write per shard and instant.
    the jobs due; each job's own deadline decides whether its tick still starts.
 3. The winner runs every job of the shard due at the instant at once, each through the one
    run-a-tick path with the grant's token and its record off the start path, after catch-up
-   planned per job from the instant the claim replaced. Jobs of the shard NOT due at the
-   instant get their ticks between the replaced instant and this one (claimed by nobody,
-   and never claimable now), run or recorded `Missed` per their own deadline and catch-up.
+   planned per job from the instant the claim replaced; a job's run of an earlier instant
+   still going is waited for, stopped or left beside it per its concurrencyPolicy
+   (`_overlap`). Jobs of the shard NOT due at the instant get their ticks between the
+   replaced instant and this one (claimed by nobody, and never claimable now), run or
+   recorded `Missed` per their own deadline and catch-up.
 4. The shard grant is renewed while any run under it goes (`ShardLock.use`); a keepAlive
    job runs as long as it needs, any other is stopped at its atMostFor (`LostLock`); the
    grant is held at least the longest atLeastFor of the jobs run, then released.
