@@ -91,15 +91,14 @@ from leasecron.runtime._guard_settings import (
     TickSource,
     fire_time,
 )
-from leasecron.runtime._hooks import RunEventKind, RunHook, RunHooks
+from leasecron.runtime._hooks import HookDecorators, RunHook, RunHooks
 
 P = ParamSpec("P")
 R = TypeVar("R")
-H = TypeVar("H", bound=RunHook)
 _log = get_logger("leasecron.runtime.guards")
 
 
-class Guard:
+class Guard(HookDecorators):
     """A lock for the ticks of one function that something else schedules (see the module
     docstring). Every parameter after `name` is keyword-only and checked here: a
     GuardConfigError names the parameter and the value. `snap`: fire times are snapped onto
@@ -163,28 +162,8 @@ class Guard:
         s = self.settings
         return f"Guard({s.name!r}, namespace={s.namespace!r}, identity={s.identity!r})"
 
-    # --- run hooks ------------------------------------------------------------------------
-
-    def on_start(self, fn: H) -> H:
-        """Decorator: call `fn(event)` when a body starts."""
-        return self._hook(fn, RunEventKind.STARTED)
-
-    def on_success(self, fn: H) -> H:
-        """Decorator: call `fn(event)` when a body returned (outcome Succeeded)."""
-        return self._hook(fn, RunEventKind.SUCCEEDED)
-
-    def on_failure(self, fn: H) -> H:
-        """Decorator: call `fn(event)` when a run ended otherwise (Failed, LostLock);
-        `event.error` is the body's exception, when it raised one."""
-        return self._hook(fn, RunEventKind.FAILED)
-
-    def on_skip(self, fn: H) -> H:
-        """Decorator: call `fn(event)` for a tick this replica did not run (`event.reason`)."""
-        return self._hook(fn, RunEventKind.SKIPPED)
-
-    def _hook(self, fn: H, kind: RunEventKind) -> H:
-        self.hooks.add(fn, kinds=(kind,))
-        return fn
+    def _run_hooks(self) -> RunHooks:
+        return self.hooks
 
     # --- the engine ----------------------------------------------------------------------
 

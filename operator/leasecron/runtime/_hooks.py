@@ -42,6 +42,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import TypeVar
 
 from leasecron._logs import get_logger
 from leasecron._metrics import HOOK_ERRORS
@@ -238,3 +239,35 @@ def _raised(sub: _Subscription, event: RunEvent, error: BaseException) -> None:
         namespace=event.namespace,
         exc_info=error,
     )
+
+
+_H = TypeVar("_H", bound=RunHook)
+
+
+class HookDecorators:
+    """The decorators that subscribe a function to one kind of event, for whatever owns a
+    `RunHooks` (the Scheduler, a Guard): `@owner.on_failure def report(event): ...`."""
+
+    def _run_hooks(self) -> RunHooks:
+        raise NotImplementedError
+
+    def on_start(self, fn: _H) -> _H:
+        """Decorator: call `fn(event)` when a handler (or a guarded body) starts."""
+        return self._hook(fn, RunEventKind.STARTED)
+
+    def on_success(self, fn: _H) -> _H:
+        """Decorator: call `fn(event)` when a run succeeded (outcome Succeeded or Unguarded)."""
+        return self._hook(fn, RunEventKind.SUCCEEDED)
+
+    def on_failure(self, fn: _H) -> _H:
+        """Decorator: call `fn(event)` when a run ended any other way (Failed, TimedOut,
+        LostLock, ...); `event.error` is the exception it raised, when it raised one."""
+        return self._hook(fn, RunEventKind.FAILED)
+
+    def on_skip(self, fn: _H) -> _H:
+        """Decorator: call `fn(event)` for a tick this replica did not run (`event.reason`)."""
+        return self._hook(fn, RunEventKind.SKIPPED)
+
+    def _hook(self, fn: _H, kind: RunEventKind) -> _H:
+        self._run_hooks().add(fn, kinds=(kind,))
+        return fn

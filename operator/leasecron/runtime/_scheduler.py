@@ -30,14 +30,13 @@ from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.shards import DEFAULT_SHARDS, check_shards
 from leasecron.runtime._core import Runtime, Settings
 from leasecron.runtime._environment import check_group, default_namespace, resolve_identity
-from leasecron.runtime._hooks import RunEventKind, RunHook, RunHooks
+from leasecron.runtime._hooks import HookDecorators, RunHook, RunHooks
 from leasecron.runtime._oneshot import RunResult, run_once
 from leasecron.runtime._registry import Handler, HandlerRegistry
 from leasecron.runtime._services import Tuning
 from leasecron.runtime._tracing import caller_parent
 
 F = TypeVar("F", bound=Handler)
-H = TypeVar("H", bound=RunHook)
 _log = _logs.get_logger("leasecron.runtime")
 _STOP_MARGIN = 15.0
 """Seconds beyond the grace period `stop()` waits for the scheduler thread to end."""
@@ -45,7 +44,7 @@ _HOOKS_DRAIN = 5.0
 """Seconds a stopping scheduler (or `run_once`) waits for its run hooks to be delivered."""
 
 
-class Scheduler:
+class Scheduler(HookDecorators):
     """Runs the registered handlers for the ScheduledJobs of `group` in `namespace`.
 
     `namespace` defaults to $POD_NAMESPACE, else the kubeconfig context's namespace, else
@@ -180,26 +179,8 @@ class Scheduler:
 
         return decorate
 
-    def on_start(self, fn: H) -> H:
-        """Decorator: call `fn(event)` when a handler is called."""
-        return self._hook(fn, RunEventKind.STARTED)
-
-    def on_success(self, fn: H) -> H:
-        """Decorator: call `fn(event)` when a run succeeded (outcome Succeeded or Unguarded)."""
-        return self._hook(fn, RunEventKind.SUCCEEDED)
-
-    def on_failure(self, fn: H) -> H:
-        """Decorator: call `fn(event)` when a run ended any other way (Failed, LostLock, ...);
-        `event.error` is the handler's exception, when it raised one."""
-        return self._hook(fn, RunEventKind.FAILED)
-
-    def on_skip(self, fn: H) -> H:
-        """Decorator: call `fn(event)` for a tick this replica did not run (`event.reason`)."""
-        return self._hook(fn, RunEventKind.SKIPPED)
-
-    def _hook(self, fn: H, kind: RunEventKind) -> H:
-        self._settings.hooks.add(fn, kinds=(kind,))
-        return fn
+    def _run_hooks(self) -> RunHooks:
+        return self._settings.hooks
 
     # --- one run ------------------------------------------------------------------------
 
