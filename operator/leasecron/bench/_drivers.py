@@ -1,10 +1,11 @@
 """The drivers a benchmark replica can go through, and the stdin/stdout of a replica.
 
-A driver is a module with `async def elect(args, io)` and/or `async def ticks(args, io)`
-(args: the replica's argparse namespace, io: a `ReplicaIO`), listed in `DRIVERS` under the
-name `--through` selects. `coordination` drives TickLock and Elector directly; `runtime` runs
-the in-pod Scheduler on real ScheduledJobs (shard claims, JobRun records). The
-message protocol is described in `_replica`.
+A driver is a module with an `async def MODE(args, io)` for some of the `MODES` (args: the
+replica's argparse namespace, io: a `ReplicaIO`), listed in `DRIVERS` under the name
+`--through` selects. `coordination` drives TickLock and Elector directly; `runtime` runs the
+in-pod Scheduler on real ScheduledJobs (shard claims, JobRun records; `requests`: run
+requests picked up); `guard` runs a `Guard` fired by a timer loop (`guards`). The message
+protocol is described in `_replica`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 
 DRIVERS: dict[str, str] = {
     "coordination": "leasecron.bench._through_coordination",
+    "guard": "leasecron.bench._through_guard",
     "runtime": "leasecron.bench._through_runtime",
 }
-MODES = ("elect", "ticks")
+MODES = ("elect", "ticks", "guards", "requests")
 
 
 def bench_job(index: int) -> str:

@@ -1,15 +1,19 @@
 """One benchmark replica process: `python -m leasecron.bench._replica MODE --through DRIVER ...`
 
-MODE is `elect` (contend for one leader Lease; SIGTERM stops with release) or `ticks` (contend
-for the ticks of `--jobs` jobs through their once-per-tick locks). DRIVER names the code under
-test, so the same benchmark can go through different layers (see `_drivers.DRIVERS`).
+MODE is `elect` (contend for one leader Lease; SIGTERM stops with release), `ticks` (contend
+for the ticks of `--jobs` jobs through their once-per-tick locks), `guards` (a Guard fired by a
+timer loop, `--through guard`) or `requests` (run requests picked up by a Scheduler,
+`--through runtime`). DRIVER names the code under test, so the same benchmark can go through
+different layers (see `_drivers.DRIVERS`).
 
 The protocol with the parent (`_processes.ReplicaGroup`), one JSON object per line:
 - replica -> parent (stdout): {"event": "ready"} once connected and synced; elect:
   {"event": "started"|"stopped", "token", "t"} and {"event": "exit", ...}; ticks:
-  {"event": "grant", "job", "tick", "token", "t", "lag"} and {"event": "done", counts...}.
+  {"event": "grant", "job", "tick", "token", "t", "lag"} and {"event": "done", counts...}
+  (guards too); requests: {"event": "synced"} once the job is seen, {"event": "start",
+  "tick", "token", "t"} per handler start.
   Every "t" is this process's wall time (time.time()).
-- parent -> replica (stdin): ticks: {"epoch": <wall time of tick 0>}. Closing stdin asks the
+- parent -> replica (stdin): ticks, guards: {"epoch": <wall time of tick 0>}. Closing stdin asks the
   replica to finish and exit.
 Logs go to stderr. Uses $KUBECONFIG. With $LEASECRON_BENCH_PROFILE set to a directory, the
 replica runs under cProfile and writes `<identity>.prof` there; $LEASECRON_BENCH_LOG_LEVEL sets its
@@ -43,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
     p.add_argument("--shards", type=int, default=16, help="ticks via runtime: shard count")
     p.add_argument("--warm-up-jobs", type=int, default=0, help="ticks via runtime: extra jobs")
+    p.add_argument("--job", default="", help="guards: the ScheduledJob of a job= guard")
+    p.add_argument("--stagger", type=float, default=0.2, help="guards: seconds")
+    p.add_argument("--warm-up", type=int, default=1, help="guards: ticks before the epoch")
     p.add_argument("--log-level", default=os.environ.get("LEASECRON_BENCH_LOG_LEVEL", "warning"))
     return p
 

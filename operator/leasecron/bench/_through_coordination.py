@@ -16,8 +16,9 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from leasecron._metrics import SKIPS
 from leasecron.bench._drivers import ReplicaIO, bench_job
@@ -119,11 +120,19 @@ class CountingStore:
         return await self._store.replace(namespace=namespace, body=body, timeout=timeout)
 
 
+class Counted(Protocol):
+    """What counts the requests sent for one Lease (a `CountingStore`, or a transport
+    wrapper)."""
+
+    @property
+    def requests(self) -> int: ...
+
+
 class StandbyMeter:
     """Per Lease: the seconds this replica saw a live grant by someone else, and the requests
     it sent for that Lease meanwhile. Fed by the informer's events."""
 
-    def __init__(self, identity: str, stores: dict[str, CountingStore]) -> None:
+    def __init__(self, identity: str, stores: Mapping[str, Counted]) -> None:
         self.identity = identity
         self.stores = stores
         self.seconds = 0.0

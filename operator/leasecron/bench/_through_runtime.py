@@ -9,6 +9,10 @@ tick, and when the write claiming its instant went out and was answered), and on
 tick's runs are over and this process's run records are written, report "done" with its API
 requests and writes (by resource), when its record backlog last emptied (`records_idle_at`:
 every JobRun of its runs written), peak RSS and CPU seconds.
+
+`requests`: the same Scheduler; report "ready", then "synced" once it runs the benchmark's
+job, and a "start" (the run's tick, token, the handler's own wall-clock start `t`) at every
+handler start, until stdin closes. The parent makes the run requests.
 """
 
 from __future__ import annotations
@@ -170,6 +174,26 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         epoch = float(command["epoch"])
         io.emit(event="synced", t=time.time())
         await _measure(args, io, kube, epoch, claims)
+    await kube.close()
+
+
+async def requests(args: argparse.Namespace, io: ReplicaIO) -> None:
+    kube = Kube.from_config(max_workers=8, request_timeout=10.0)
+    scheduler = Scheduler(
+        BENCH_GROUP, namespace=args.namespace, kube=kube, identity=args.identity, grace_period=5.0
+    )
+
+    @scheduler.job(HANDLER)
+    async def bench(ctx: JobContext) -> None:
+        started = time.time()
+        io.emit(event="start", tick=ctx.tick.timestamp(), token=ctx.token, t=started)
+        await asyncio.sleep(args.run_ms / 1000.0)
+
+    async with scheduler:
+        io.emit(event="ready", t=time.time())
+        await _until(lambda: len(scheduler.jobs) >= args.jobs, timeout=None)
+        io.emit(event="synced", t=time.time())
+        await io.stdin_closed.wait()
     await kube.close()
 
 

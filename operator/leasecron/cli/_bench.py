@@ -1,4 +1,5 @@
-"""`leasecron bench handover|failover|ticks|cronjob|operator|chaos`: DESIGN.md section 8.
+"""`leasecron bench handover|failover|ticks|guards|requests|cronjob|operator|chaos`: DESIGN.md
+section 8.
 
 Thin click wiring over `leasecron.bench`; each command runs against the cluster of
 $KUBECONFIG, or starts a throwaway local control plane when it is unset. Progress goes to
@@ -16,6 +17,7 @@ from leasecron.bench import run_elections, run_ticks
 from leasecron.bench._cronjob import GENEROUS_FLAGS, run_cronjob
 from leasecron.bench._drivers import DRIVERS
 from leasecron.bench._processes import BenchError
+from leasecron.models.configs import ConfigError, to_timedelta
 from leasecron.models.shards import DEFAULT_SHARDS, MAX_SHARDS
 
 _json = click.option("--json", "json_output", is_flag=True, help="Print the figures as JSON last.")
@@ -129,6 +131,51 @@ def ticks(
         warm_up=warm_up,
         compare_cronjob=compare_cronjob,
         through=through,
+        json_output=json_output,
+    )
+
+
+def _seconds(value: str) -> float:
+    try:
+        return to_timedelta("--every", value).total_seconds()
+    except ConfigError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+@bench.command("guards")
+@click.option("--replicas", default=5, show_default=True, help="Replica processes.")
+@click.option("--ticks", default=30, show_default=True, help="Ticks measured.")
+@click.option("--every", default="1s", show_default=True, help="Tick period (whole seconds).")
+@click.option("--run-ms", default=100.0, show_default=True, help="How long each body lasts.")
+@click.option("--stagger", default=0.2, show_default=True, help="The guards' stagger (s).")
+@click.option(
+    "--variants",
+    default="plain,job",
+    show_default=True,
+    help="plain: Guard(every=); job: Guard(job=) of a ScheduledJob (a JobRun per run).",
+)
+@_json
+def guards(
+    replicas: int,
+    ticks: int,
+    every: str,
+    run_ms: float,
+    stagger: float,
+    variants: str,
+    json_output: bool,
+) -> None:
+    """Replicas each run a Guard of their own, fired by a plain timer loop at every tick:
+    bodies per tick, tick -> body start lag, API writes per tick, standby requests."""
+    from leasecron.bench._guards import run_guards
+
+    _run(
+        run_guards,
+        replicas=replicas,
+        ticks=ticks,
+        every=_seconds(every),
+        run_ms=run_ms,
+        stagger=stagger,
+        variants=tuple(v.strip() for v in variants.split(",") if v.strip()),
         json_output=json_output,
     )
 
