@@ -19,7 +19,7 @@ import structlog
 
 from leasecron.coordination import LostEvent, LostLockError
 from leasecron.models.names import format_tick
-from leasecron.models.specs import Bucket
+from leasecron.models.specs import Bucket, Trigger
 
 
 def _default_logger() -> Any:
@@ -37,7 +37,11 @@ class JobContext:
     handler must stop: the grant was lost, the job was deleted or suspended (single-owner),
     or the scheduler is shutting down, the attempt ran past the job's spec.timeout, or a
     later tick replaces the run (concurrencyPolicy: Replace). `attempt` counts the attempts
-    of a retried run (spec.retry) from 1; every attempt of a tick has the same token.
+    of a retried run (spec.retry) from 1; every attempt under one holder's claim has the same
+    token (an attempt handed over to another replica has that replica's higher one).
+    `trigger` says why the run happens: `Schedule` for a tick of the schedule, `Manual`
+    (`leasecron run`) or `Backfill` for a requested one, whose `requested_by` names who asked
+    (None for scheduled runs).
     """
 
     job: str
@@ -49,6 +53,8 @@ class JobContext:
     handler: str = ""
     unguarded: bool = False
     attempt: int = 1
+    trigger: Trigger = Trigger.SCHEDULE
+    requested_by: str | None = None
     lost: LostEvent = field(default_factory=LostEvent)
     logger: Any = field(default_factory=_default_logger)
     held: Callable[[], bool] | None = field(default=None, repr=False)

@@ -17,8 +17,12 @@ under the same claim and fencing as a tick (docs/design.md, "Run requests").
 
 A request nobody picks up within the job's startingDeadline is finished `Missed` by the
 operator, not here: when no replica is there to pick it up, no replica is there to expire it.
-It does not retry or time out a requested run (those follow the job's own settings only for
-scheduled ticks), and a requested run does not wait for a scheduled run of the same job.
+A requested run goes through the one run-a-tick path (`Services.run_tick`, RecordMode.TAKEN),
+so it gets the job's spec.timeout and spec.retry as a scheduled tick does, its attempts in the
+request's status; its retries start within the claim's atMostFor from its start (its own
+deadline: it has no next tick). Its handler sees `ctx.trigger` and `ctx.requested_by`. It does
+not wait for a scheduled run of the same job, nor do they wait for it (concurrencyPolicy is
+the schedule's).
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from leasecron.kube.jobruns import JobRunStore
 from leasecron.kube.watches import Informer, WatchEvent, backoff_delays
 from leasecron.models.decisions import rendezvous_rank
 from leasecron.models.requests import REQUEST_SELECTOR, Request, pickup_patch, read_request
-from leasecron.models.specs import Bucket, JobRun, JobRunSpec, Outcome, ScheduledJob, SpecError
+from leasecron.models.specs import Bucket, JobRun, JobRunSpec, ScheduledJob, SpecError
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._services import Services
+from leasecron.runtime._services import RecordMode, Services, Taken
 from leasecron.runtime._shardfences import RunFence, run_fence
 from leasecron.runtime._shards import ShardTicks
 from leasecron.runtime._ticks import stop_run
@@ -292,16 +296,25 @@ class RequestPickup:
         def link(fence: RunFence) -> Callable[[], None]:
             return services.stop_when_lost(fence.lost, control)
 
+        _log.info(
+            "running a requested run",
+            job=job.name,
+            request=request.name,
+            token=grant.token,
+            trigger=request.trigger.value,
+            by=request.requested_by,
+        )
+        # Its retries are bounded by the request's own deadline, its claim's atMostFor from
+        # its start (keepAlive or not): a request is outside the schedule, so the next tick
+        # says nothing about it (a backfilled tick's next tick is long past).
+        taken = Taken(run=record, until=start + job.spec.lock.at_most_for)
         with run_fence(grant, job, clock=services.clock, link=link) as fence:
-            ctx = services.context(
-                job, tick=request.tick, token=grant.token, held=lambda: fence.held
+            await services.run_tick(
+                job,
+                request.tick,
+                control,
+                fence=fence,
+                record=RecordMode.TAKEN,
+                observe_lag=False,
+                taken=taken,
             )
-            ctx.logger.info(
-                "running a requested run", trigger=request.trigger.value, by=request.requested_by
-            )
-            end = await services.run_handler(job, ctx, control, observe_lag=False)
-            if end is None:
-                await services.recorder.finish(record, outcome=Outcome.FAILED, message="no handler")
-                return
-            outcome, message = services.report(job, ctx, end, control)
-            await services.recorder.finish(record, outcome=outcome, message=message)

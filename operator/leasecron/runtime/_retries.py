@@ -144,10 +144,15 @@ class Attempts:
         *,
         fence: Fence | None,
         progress: Progress,
+        earlier: tuple[Attempt, ...] = (),
+        until: datetime | None = None,
     ) -> None:
+        """`earlier`: attempts of the run made before (by a holder that vanished); `until`:
+        retries start before it instead of before the schedule's next tick."""
         self._services, self._job, self._control = services, job, control
         self._fence, self._progress = fence, progress
-        self._done: list[Attempt] = []
+        self._done: list[Attempt] = list(earlier)
+        self._until = until
 
     async def run(self, ctx: JobContext, end: HandlerEnd, attempt: RunControl) -> Finished:
         """Report the first attempt (ended as `end` under `attempt`), then retry until done.
@@ -163,7 +168,7 @@ class Attempts:
                 attempt=ctx.attempt,
                 outcome=outcome,
                 now=now,
-                next_tick=self._next_tick(ctx.tick),
+                next_tick=self._next_tick(ctx.tick) if self._until is None else None,
                 policy=job.spec.concurrency_policy,
                 bound=self._bound(now),
             )
@@ -205,8 +210,9 @@ class Attempts:
 
     def _bound(self, now: datetime) -> datetime | None:
         """When the run's own atMostFor bound ends (a run that is not keepAlive), wall time."""
-        fence = self._fence
+        fence, until = self._fence, self._until
         if not isinstance(fence, RunFence) or math.isinf(fence.expires_at):
-            return None
+            return until
         left = fence.expires_at - self._services.clock.monotonic()
-        return now + timedelta(seconds=max(0.0, left))
+        bound = now + timedelta(seconds=max(0.0, left))
+        return bound if until is None else min(bound, until)

@@ -30,7 +30,7 @@ from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.models.shards import DEFAULT_SHARDS
-from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob
+from leasecron.models.specs import Attempt, Bucket, JobRun, Outcome, ScheduledJob, Trigger
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
@@ -88,6 +88,22 @@ class RecordMode(Enum):
     """Under a shard claim, which already guarantees the tick: the handler starts at once and
     its JobRun is written off the start path (`Recorder.deferred`); GUARDED when that queue
     is full."""
+    TAKEN = "taken"
+    """The JobRun exists and is this replica's already (a run request its pickup made
+    Running: `Taken`); the run writes its attempts and outcome to it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taken:
+    """The record of a run taken up as a request (RecordMode.TAKEN), and what bounds its
+    retries."""
+
+    run: JobRun
+    earlier: tuple[Attempt, ...] = ()
+    """Attempts another holder made before this one took the run over: numbering goes on."""
+    until: datetime | None = None
+    """A retry starts before this instead of before the schedule's next tick (a requested
+    run is outside the schedule); None: the next tick bounds it, as for a scheduled tick."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,8 +136,12 @@ class Services:
         token: int | None,
         held: Any = None,
         unguarded: bool = False,
+        attempt: int = 1,
+        trigger: Trigger | None = None,
+        requested_by: str | None = None,
     ) -> JobContext:
-        """The JobContext of one run of `job`, its logger bound to job, tick, holder, token."""
+        """The JobContext of one run of `job`, its logger bound to job, tick, holder, token
+        (and the trigger of a requested run, the attempt of a handed-over one)."""
         logger = structlog.get_logger("leasecron.job").bind(
             job=job.name,
             namespace=self.namespace,
@@ -129,6 +149,10 @@ class Services:
             holder=self.identity,
             token=token,
         )
+        if trigger not in (None, Trigger.SCHEDULE):
+            logger = logger.bind(trigger=str(trigger), requested_by=requested_by)
+        if attempt > 1:
+            logger = logger.bind(attempt=attempt)
         return JobContext(
             job=job.name,
             namespace=self.namespace,
@@ -138,6 +162,9 @@ class Services:
             token=token,
             handler=job.handler_name,
             unguarded=unguarded,
+            attempt=attempt,
+            trigger=trigger or Trigger.SCHEDULE,
+            requested_by=requested_by,
             lost=LostEvent(),
             logger=logger,
             held=held,
@@ -211,19 +238,20 @@ class Services:
         record: RecordMode,
         observe_lag: bool = True,
         start_by: datetime | None = None,
+        taken: Taken | None = None,
     ) -> Outcome | None:
-        """Run one tick of `job`: record it per `record`, run the handler under `control`
-        with `fence`'s token (None: no token), report and finish the record. The outcome, or
-        None when the tick was not run (another run of it is on record, no record could be
-        made for a guarded run, or it could not start by `start_by`: then it is recorded
-        Missed)."""
+        """Run one tick of `job`: record it per `record` (TAKEN: the record is `taken`), run
+        the handler under `control` with `fence`'s token (None: no token), retried per
+        spec.retry, report and finish the record. The outcome, or None when the tick was not
+        run (another run of it is on record, no record could be made for a guarded run, or it
+        could not start by `start_by`: then it is recorded Missed)."""
         token = fence.token if fence is not None else None
         if start_by is not None and self.clock.now() > start_by:
             self.skip(job, "deadline", tick=tick)
             if fence is not None:
                 await self.record_missed(job, (tick,), fence.token, reason=MISSED_LATE)
             return None
-        run: JobRun | None = None
+        run: JobRun | None = taken.run if taken is not None else None
         deferred = None
         if record is RecordMode.DEFERRED:
             deferred = self.recorder.deferred.start(
@@ -253,7 +281,17 @@ class Services:
                     return None
         held = (lambda: fence.held) if fence is not None else None
         unguarded = record is RecordMode.UNGUARDED
-        ctx = self.context(job, tick=tick, token=token, held=held, unguarded=unguarded)
+        spec = run.spec if taken is not None and run is not None else None
+        ctx = self.context(
+            job,
+            tick=tick,
+            token=token,
+            held=held,
+            unguarded=unguarded,
+            attempt=len(taken.earlier) + 1 if taken is not None else 1,
+            trigger=spec.trigger if spec is not None else None,
+            requested_by=spec.requested_by if spec is not None else None,
+        )
         if unguarded:
             ctx.logger.warning(
                 "store unavailable: running unguarded (onStoreUnavailable: RunLocally)"
@@ -279,7 +317,15 @@ class Services:
             return None
         started = self.clock.now() - timedelta(seconds=end.duration)
         progress = progress_writer(self.recorder, run=run, deferred=deferred)
-        tries = Attempts(self, job, control, fence=fence, progress=progress)
+        tries = Attempts(
+            self,
+            job,
+            control,
+            fence=fence,
+            progress=progress,
+            earlier=taken.earlier if taken is not None else (),
+            until=taken.until if taken is not None else None,
+        )
         done = await tries.run(ctx, end, attempt)
         outcome, message, attempts = done.outcome, done.message, done.attempts
         if deferred is not None:
