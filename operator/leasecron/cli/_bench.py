@@ -9,6 +9,8 @@ stderr, a table to stdout, and with --json the figures as the last line of stdou
 from __future__ import annotations
 
 import os
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -17,8 +19,13 @@ from leasecron.bench import run_elections, run_ticks
 from leasecron.bench._cronjob import GENEROUS_FLAGS, run_cronjob
 from leasecron.bench._drivers import DRIVERS
 from leasecron.bench._processes import BenchError
+from leasecron.bench._requests import RequestMade
+from leasecron.cli._kubectl import Target
+from leasecron.kube.clients import Kube
 from leasecron.models.configs import ConfigError, to_timedelta
+from leasecron.models.requests import request_tick
 from leasecron.models.shards import DEFAULT_SHARDS, MAX_SHARDS
+from leasecron.models.specs import Trigger
 
 _json = click.option("--json", "json_output", is_flag=True, help="Print the figures as JSON last.")
 _through = click.option(
@@ -176,6 +183,44 @@ def guards(
         run_ms=run_ms,
         stagger=stagger,
         variants=tuple(v.strip() for v in variants.split(",") if v.strip()),
+        json_output=json_output,
+    )
+
+
+async def _request_run(kube: Kube, namespace: str, job: str) -> RequestMade:
+    """A run request made as `leasecron run JOB` makes it (its checks, then the create)."""
+    from leasecron.cli import _runs
+
+    began = time.time()
+    user = await _runs.requester(kube, Target(kubeconfig=None, context=None, namespace=namespace))
+    on_record = await _runs.read_job(kube, namespace=namespace, name=job)
+    await _runs.check_runnable(kube, on_record, namespace=namespace, force=False, user=user)
+    tick = request_tick(on_record.job.spec.parsed_schedule, now=datetime.now(UTC))
+    if tick is None:
+        raise BenchError(f"{job} has no second free of ticks to request")
+    sent = time.time()
+    name = await _runs.create_request(
+        kube, on_record, namespace=namespace, tick=tick, trigger=Trigger.MANUAL, user=user
+    )
+    return RequestMade(name=name, tick=tick.timestamp(), began=began, sent=sent)
+
+
+@bench.command("requests")
+@click.option("--replicas", default=3, show_default=True, help="Replica processes.")
+@click.option("--requests", default=20, show_default=True, help="Run requests, one at a time.")
+@click.option("--run-ms", default=100.0, show_default=True, help="How long each run lasts.")
+@_json
+def requests_bench(replicas: int, requests: int, run_ms: float, json_output: bool) -> None:
+    """Run-now latency: requests made as `leasecron run` makes them, one after another; time
+    from the create to the handler start and to the JobRun finishing."""
+    from leasecron.bench._requests import run_requests
+
+    _run(
+        run_requests,
+        make_request=_request_run,
+        replicas=replicas,
+        requests=requests,
+        run_ms=run_ms,
         json_output=json_output,
     )
 
