@@ -13,10 +13,16 @@ bounds every attempt of the tick together. A retry never starts at or after the 
 the schedule unless `concurrencyPolicy` is `Allow`, nor after the atMostFor bound; then the
 run ends with the last attempt's outcome and its message says why the retries stopped.
 
+A requested run (`Taken.until`) has no next tick: its retries start before its own deadline
+instead (the claim's atMostFor from its start), whatever the policy.
+
 Not promised: a holder that dies during the back-off loses its grant, and nobody continues
 its attempts (the shard Lease records the tick's instant as claimed, so no other replica may
 claim it again, and a new claim would carry another token); the operator records the run
-`Abandoned`. `decide` is pure; `Attempts` drives the loop for `Services.run_tick`.
+`Abandoned`. A handover would need the record to tell a death in the back-off from one after
+the next attempt started (its start is not written before the handler runs) and the record
+writes to be fenced against the dead holder's late patches. `decide` is pure; `Attempts`
+drives the loop for `Services.run_tick`.
 """
 
 from __future__ import annotations
