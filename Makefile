@@ -73,6 +73,8 @@ bench: venv controlplane
 	$(BIN)/leasecron bench ticks --through runtime --replicas 5 --jobs 1000 --ticks 1 --compare-cronjob --json
 	$(BIN)/leasecron bench ticks --through runtime --replicas 5 --jobs 10000 --ticks 1 --json
 	$(BIN)/leasecron bench operator --jobs 1000 --json
+	$(BIN)/leasecron bench guards --replicas 5 --ticks 30 --json
+	$(BIN)/leasecron bench requests --replicas 3 --requests 20 --json
 
 # The image's dependency lock (hashes, every platform); LOCK_ARGS=--upgrade moves the pins.
 lock: venv
