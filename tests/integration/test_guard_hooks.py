@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from operator_helpers import apply_job, jobruns
@@ -46,7 +45,6 @@ STARTED, SUCCEEDED, FAILED, SKIPPED = (
     RunEventKind.FAILED,
     RunEventKind.SKIPPED,
 )
-EXPORTER = InMemorySpanExporter()
 APP = trace.get_tracer("app")
 
 
@@ -60,21 +58,6 @@ def _closed_guards() -> Iterator[None]:
 def kubes(kube_api: ApiClient, leasecron_crds: list[str]) -> list[Kube]:
     """One client per replica (each with its own Lease cache, as separate pods have)."""
     return [Kube(kube_api, max_workers=4) for _ in range(REPLICAS)]
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The spans exported by the global tracer provider (an SDK one, installed once)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not getattr(provider, "_leasecron_guard_exporter", False):
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        provider._leasecron_guard_exporter = True  # type: ignore[attr-defined]
-    EXPORTER.clear()
-    yield EXPORTER
-    EXPORTER.clear()
 
 
 class Heard:

@@ -6,15 +6,13 @@ run's outcome; every run is one exported span carrying the run's attributes."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kubernetes import client
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
@@ -33,28 +31,12 @@ from leasecron.testing.handlers import (
 
 pytestmark = pytest.mark.integration
 FAST = Tuning(member_duration_s=3, member_renew_every=1.0, shard_lease_s=2)
-EXPORTER = InMemorySpanExporter()
 STARTED, SUCCEEDED, FAILED, SKIPPED = (
     RunEventKind.STARTED,
     RunEventKind.SUCCEEDED,
     RunEventKind.FAILED,
     RunEventKind.SKIPPED,
 )
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The spans exported by the global tracer provider (an SDK one, installed once)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not getattr(provider, "_leasecron_integration_exporter", False):
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        provider._leasecron_integration_exporter = True  # type: ignore[attr-defined]
-    EXPORTER.clear()
-    yield EXPORTER
-    EXPORTER.clear()
 
 
 class Heard:

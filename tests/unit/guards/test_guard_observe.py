@@ -7,13 +7,10 @@ this replica's identity)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
@@ -26,22 +23,6 @@ from leasecron.runtime._guard_runs import GuardRun
 from leasecron.runtime._hooks import RunHooks
 
 TICK = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-EXPORTER = InMemorySpanExporter()
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The spans exported by the global tracer provider (an SDK one, installed once)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not getattr(provider, "_leasecron_guard_exporter", False):
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        provider._leasecron_guard_exporter = True  # type: ignore[attr-defined]
-    EXPORTER.clear()
-    yield EXPORTER
-    EXPORTER.clear()
 
 
 class NoOwner:

@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -27,22 +26,6 @@ from leasecron.runtime._registry import Handler, HandlerRegistry
 from leasecron.runtime._tracing import RunSpan, caller_parent
 
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
-EXPORTER = InMemorySpanExporter()
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The spans exported by the global tracer provider (an SDK one, installed once)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not getattr(provider, "_leasecron_unit_exporter", False):
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        provider._leasecron_unit_exporter = True  # type: ignore[attr-defined]
-    EXPORTER.clear()
-    yield EXPORTER
-    EXPORTER.clear()
 
 
 def run(fn: Handler, *, token: int | None = 7, outcome: Outcome | None = None) -> None:
