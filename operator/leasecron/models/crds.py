@@ -300,10 +300,6 @@ def _jobrun_spec() -> Schema:
                 ),
                 "job, tick, trigger and requestedBy of a JobRun are immutable",
             ),
-            s.rule(
-                "!has(oldSelf.holder) || oldSelf.holder == '' || self == oldSelf",
-                "spec of a JobRun is immutable once a replica holds it; only status changes",
-            ),
         ],
     )
 
@@ -370,6 +366,20 @@ def jobrun_crd() -> Schema:
         _jobrun_spec(),
         _jobrun_status(),
     )
+    # At the root, because the rule reads the stored status: the spec (holder, fencingToken,
+    # start) is fixed once a replica holds the run, unless the run is Pending again (a retry
+    # handed over by the operator, which a replica picks up with a new holder and token).
+    # Every status write of a holder carries its spec.holder and spec.fencingToken, so the
+    # late write of a holder that was replaced is refused (422).
+    schema["x-kubernetes-validations"] = [
+        s.rule(
+            "self.spec == oldSelf.spec || !has(oldSelf.spec.holder) || oldSelf.spec.holder == ''"
+            " || (has(oldSelf.status) && has(oldSelf.status.outcome)"
+            " && oldSelf.status.outcome == 'Pending')",
+            "spec of a JobRun is immutable once a replica holds it, unless it is Pending; "
+            "only status changes",
+        )
+    ]
     columns = [
         s.column("Job", ".spec.job"),
         s.column("Tick", ".spec.tick"),

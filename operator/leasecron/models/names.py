@@ -16,7 +16,8 @@ JOBRUN_PLURAL = "jobruns"
 LABEL_JOB = "leasecron.dev/job"
 LABEL_GROUP = "leasecron.dev/group"
 LABEL_ROLE = "leasecron.dev/role"  # job | leader | member (on Leases)
-LABEL_TRIGGER = "leasecron.dev/trigger"  # Manual | Backfill (on requested JobRuns)
+LABEL_TRIGGER = "leasecron.dev/trigger"  # Manual | Backfill | Retry (on requested JobRuns)
+TRIGGER_RETRY = "Retry"  # the trigger label of a run whose retry was handed over
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "leasecron"
 

@@ -21,14 +21,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from leasecron.models._enums import Bucket, Outcome, Trigger
-from leasecron.models._jobruns import JobRun, JobRunSpec, JobRunStatus
+from leasecron.models._jobruns import Attempt, JobRun, JobRunSpec, JobRunStatus
 from leasecron.models.durations import format_duration
-from leasecron.models.names import LABEL_TRIGGER, format_tick, jobrun_name
+from leasecron.models.names import LABEL_TRIGGER, TRIGGER_RETRY, format_tick, jobrun_name
 from leasecron.models.schedules import Schedule
 
 REQUEST_TRIGGERS = (Trigger.MANUAL, Trigger.BACKFILL)
-REQUEST_SELECTOR = f"{LABEL_TRIGGER} in ({','.join(t.value for t in REQUEST_TRIGGERS)})"
-"""The label selector of every request JobRun (what replicas watch)."""
+REQUEST_SELECTOR = (
+    f"{LABEL_TRIGGER} in ({','.join([*(t.value for t in REQUEST_TRIGGERS), TRIGGER_RETRY])})"
+)
+"""The label selector of every request JobRun, handed-over retries too (what replicas
+watch)."""
 DEFAULT_BACKFILL_LIMIT = 100
 REQUEST_TICK_SEARCH = 60
 """Seconds from the request's time searched for one that is not a tick of the schedule."""
@@ -70,11 +73,15 @@ class Request:
     holder: str
     resource_version: str
     created: datetime | None
+    attempts: tuple[Attempt, ...] = ()
+    """A handed-over retry's attempts so far (`models.handover`); () for a request."""
+    retry: bool = False
+    """A handed-over retry: Pending again, the vanished holder still in its spec."""
 
     @property
     def pending(self) -> bool:
         """Nobody picked it up yet."""
-        return self.outcome is Outcome.PENDING and not self.holder
+        return self.outcome is Outcome.PENDING and (self.retry or not self.holder)
 
 
 def read_request(obj: Mapping[str, Any], *, created: datetime | None = None) -> Request | None:
@@ -84,15 +91,19 @@ def read_request(obj: Mapping[str, Any], *, created: datetime | None = None) -> 
     except ValueError:
         return None
     spec = run.spec
-    if spec.trigger not in REQUEST_TRIGGERS or spec.tick is None:
-        return None
     metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    retry = isinstance(labels, Mapping) and labels.get(LABEL_TRIGGER) == TRIGGER_RETRY
+    if (not retry and spec.trigger not in REQUEST_TRIGGERS) or spec.tick is None:
+        return None
     version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
     return Request(
         name=run.name,
         job=spec.job,
         tick=spec.tick,
-        trigger=Trigger(spec.trigger),
+        attempts=run.status.attempts or (),
+        retry=retry,
+        trigger=Trigger(spec.trigger or Trigger.SCHEDULE),
         requested_by=spec.requested_by or "",
         outcome=run.status.outcome,
         holder=spec.holder,
@@ -107,10 +118,17 @@ def pickup_patch(request: Request, *, holder: str, token: int, start: datetime) 
     spec = JobRunSpec(job=request.job, tick=request.tick, holder=holder, fencing_token=token)
     spec = spec.model_copy(update={"start": start})
     fields = spec.to_dict()
+    status: dict[str, Any] = {"outcome": Outcome.RUNNING.value}
+    if request.retry:
+        # The next attempt, Running, with the earlier ones: a death of this holder during it
+        # is not handed over again.
+        marked = (*request.attempts, Attempt(start=start, outcome=Outcome.RUNNING))
+        status["attempts"] = [a.to_dict() for a in marked]
+        status["message"] = f"attempt {len(marked)} running on {holder}"
     return {
         "metadata": {"resourceVersion": request.resource_version},
         "spec": {k: fields[k] for k in ("holder", "fencingToken", "start")},
-        "status": {"outcome": Outcome.RUNNING.value},
+        "status": status,
     }
 
 
@@ -119,6 +137,7 @@ def expired(request: Request, *, now: datetime, starting_deadline: timedelta) ->
     its creation: a backfill's tick is long past)."""
     return (
         request.pending
+        and not request.retry
         and request.created is not None
         and now > request.created + starting_deadline
     )

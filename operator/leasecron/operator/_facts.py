@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,7 +28,9 @@ from leasecron.models.schedules import Schedule
 from leasecron.models.specs import (
     REMOVED_FIELDS,
     Bucket,
+    ConcurrencyPolicy,
     FieldProblem,
+    RetrySpec,
     ScheduledJob,
     SpecError,
     validate_resource,
@@ -67,6 +69,8 @@ class JobFacts:
     history_succeeded: int
     history_failed: int
     grant_fallback_s: float
+    retry: RetrySpec = field(default_factory=RetrySpec)
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.FORBID
 
     @property
     def job_lease(self) -> str | None:
@@ -138,6 +142,8 @@ def _facts(ref: JobRef, job: ScheduledJob) -> JobFacts:
         history_succeeded=spec.history.succeeded,
         history_failed=spec.history.failed,
         grant_fallback_s=fallback.total_seconds(),
+        retry=spec.retry,
+        concurrency_policy=spec.concurrency_policy,
     )
 
 

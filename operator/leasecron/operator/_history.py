@@ -14,6 +14,10 @@ finished runs to delete so that a job keeps only its configured history.
   startingDeadline + grace + run-record grace), since a tick without its JobRun would be
   taken for a missed one; so a frequent job keeps a few more runs than its limits for that
   long.
+- **Handed-over retries** (docs/design.md §5.16): a run that would be Abandoned whose last
+  recorded attempt finished Failed/TimedOut with attempts left, still due
+  (`models.handover.next_retry`), is made a retry request instead; one that stays Pending
+  past its bound is finished with its last attempt's outcome.
 - **Expired requests**: a requested run (`leasecron run`, `backfill`) still `Pending` after
   the job's startingDeadline from its creation was picked up by no replica; it is finished
   `Missed` (the replicas cannot: when none is there to pick it up, none is there to expire it).
@@ -27,18 +31,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from leasecron.models.handover import Handover, next_retry
 from leasecron.models.names import member_lease_name
 from leasecron.operator._facts import JobFacts
-from leasecron.operator._observed import RUNNING, SUCCEEDED, RunView, Snapshot
+from leasecron.operator._observed import PENDING, RUNNING, SUCCEEDED, RunView, Snapshot
 
 
 @dataclass(frozen=True, kw_only=True)
 class HistoryPlan:
-    """Runs to mark `Abandoned`, runs to delete, and requests to finish `Missed`."""
+    """Runs to mark `Abandoned`, runs to delete, requests to finish `Missed`, runs whose
+    retry is handed over, and handed-over retries nobody took by their bound."""
 
     abandoned: tuple[RunView, ...]
     prune: tuple[RunView, ...]
     expired: tuple[RunView, ...] = ()
+    handed_over: tuple[tuple[RunView, Handover], ...] = ()
+    unclaimed: tuple[tuple[RunView, Handover], ...] = ()
+
+
+def owed_retry(facts: JobFacts, run: RunView) -> Handover | None:
+    """The retry a run still owes (its last attempt finished Failed/TimedOut, attempts left)."""
+    return next_retry(
+        attempts=run.attempts,
+        retry=facts.retry,
+        tick=run.tick,
+        schedule=facts.schedule,
+        policy=facts.concurrency_policy,
+        starting_deadline=facts.starting_deadline,
+    )
 
 
 def holder_vanished(facts: JobFacts, snapshot: Snapshot, run: RunView) -> bool:
@@ -94,4 +114,23 @@ def plan_history(
     if keep_ticks_after is not None:
         prune = [run for run in prune if run.tick is None or run.tick <= keep_ticks_after]
     expired = expired_requests(facts, snapshot)
-    return HistoryPlan(abandoned=tuple(abandoned), prune=tuple(prune), expired=tuple(expired))
+    handed: list[tuple[RunView, Handover]] = []
+    gone: list[RunView] = []
+    for run in abandoned:
+        owed = owed_retry(facts, run)
+        if owed is not None and snapshot.now < owed.until:
+            handed.append((run, owed))
+        else:
+            gone.append(run)
+    unclaimed = []
+    for run in snapshot.runs:
+        owed = owed_retry(facts, run) if run.retry and run.outcome == PENDING else None
+        if owed is not None and snapshot.now >= owed.until:
+            unclaimed.append((run, owed))
+    return HistoryPlan(
+        abandoned=tuple(gone),
+        prune=tuple(prune),
+        expired=tuple(expired),
+        handed_over=tuple(handed),
+        unclaimed=tuple(unclaimed),
+    )

@@ -19,9 +19,10 @@ from typing import Any
 
 from leasecron.coordination.members import advertised_handlers
 from leasecron.models.decisions import Observation, expires_at, grant_live
+from leasecron.models.handover import is_retry_request
 from leasecron.models.leases import parse_lease, parse_micro_time
 from leasecron.models.names import parse_tick
-from leasecron.models.specs import Outcome
+from leasecron.models.specs import Attempt, Outcome
 
 RUNNING = Outcome.RUNNING.value
 PENDING = Outcome.PENDING.value
@@ -49,6 +50,10 @@ class RunView:
     created: datetime
     resource_version: str
     trigger: str = ""
+    attempts: tuple[Attempt, ...] = ()
+    """status.attempts of a retried run (unreadable entries left out)."""
+    retry: bool = False
+    """A retry handed over (label `leasecron.dev/trigger=Retry`), Pending or taken."""
 
     @property
     def pending(self) -> bool:
@@ -100,7 +105,21 @@ def run_from_object(obj: Mapping[str, Any]) -> RunView:
         created=created or datetime(1970, 1, 1, tzinfo=UTC),
         resource_version=str(metadata.get("resourceVersion") or ""),
         trigger=_text(spec.get("trigger")) or "",
+        attempts=_attempts(status.get("attempts")),
+        retry=is_retry_request(obj),
     )
+
+
+def _attempts(value: object) -> tuple[Attempt, ...]:
+    if not isinstance(value, list):
+        return ()
+    out: list[Attempt] = []
+    for item in value:
+        try:
+            out.append(Attempt.model_validate(item, by_name=False))
+        except ValueError:
+            return ()  # a record that cannot be read is not one to hand over
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True)

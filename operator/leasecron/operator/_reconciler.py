@@ -40,6 +40,7 @@ from leasecron.operator import _bodies, _metrics
 from leasecron.operator import _conditions as c
 from leasecron.operator._facts import Invalid, JobFacts
 from leasecron.operator._floors import FINALIZE_LIMIT_S, FloorKeeper
+from leasecron.operator._handovers import finish_unclaimed, hand_over
 from leasecron.operator._jobstatus import desired_status, invalid_status, status_patch
 from leasecron.operator._missed import (
     DEFAULT_RECORD_GRACE,
@@ -254,6 +255,10 @@ class Reconciler:
             self._unwritten_missed[facts.ref.uid] += 1
         for run in plan.history.abandoned:
             await self._abandon(facts, run.name, run.holder)
+        for run, owed in plan.history.handed_over:
+            await hand_over(self.writer, self.world, facts, run, owed)
+        for run, owed in plan.history.unclaimed:
+            await finish_unclaimed(self.writer, self.world, facts, run, owed, now=self._clock.now())
         for run in plan.history.expired:
             await self._expire(facts, run.name)
         for run in plan.history.prune:

@@ -37,6 +37,7 @@ DEFERRED_LIMIT = 10_000
 WRITERS = 3
 """Records written concurrently (the API server takes a few hundred writes per second)."""
 _RETRY_FIRST, _RETRY_CAP = 0.25, 2.0
+_POLL = 0.05
 
 
 @dataclass(eq=False)
@@ -50,6 +51,7 @@ class DeferredRun:
     """The attempts so far of a retried run, not written yet (while it still goes)."""
     created: bool = False
     done: bool = False
+    writing: bool = False
     queued: bool = field(default=True)
 
     @property
@@ -127,6 +129,18 @@ class DeferredRecords:
         if entry.created and not entry.queued:
             self._queue(entry)
 
+    async def written(self, entry: DeferredRun, *, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to `timeout` seconds until `entry`'s create and its queued patches are
+        written (so that a write awaited next lands after them); True when they are."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout
+        while not entry.created or entry.queued or entry.writing or entry.latest is not None:
+            if entry.done or loop.time() >= until:
+                return False
+            self._wake.set()
+            await asyncio.sleep(_POLL)
+        return True
+
     def _queue(self, entry: DeferredRun) -> None:
         entry.queued = True
         self._todo.append(entry)
@@ -160,6 +174,7 @@ class DeferredRecords:
         while self._todo:
             entry = self._todo.popleft()
             entry.queued = False
+            entry.writing = True
             try:
                 await self._write(entry)
             except (KubeError, TimeoutError) as e:
@@ -171,6 +186,8 @@ class DeferredRecords:
                     await asyncio.wait_for(self._wake.wait(), delay)
                 delay = min(_RETRY_CAP, delay * 2)
                 continue
+            finally:
+                entry.writing = False
             delay = _RETRY_FIRST
             if entry.done:
                 self._pending.discard(entry)

@@ -23,7 +23,15 @@ from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron._metrics import RECORD_BACKLOG, RUNS
-from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, OutcomeUnknown
+from leasecron.kube.errors import (
+    AlreadyExists,
+    Conflict,
+    Invalid,
+    KubeError,
+    NotFound,
+    OutcomeUnknown,
+    Unavailable,
+)
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
 from leasecron.models.specs import Attempt, JobRun, Outcome, ScheduledJob
@@ -32,6 +40,8 @@ from leasecron.runtime._deferred import DeferredRecords
 from leasecron.runtime._invoke import HandlerEnd, StopReason
 
 _log = get_logger("leasecron.runtime.records")
+_CONFIRMS = 3
+"""Tries to write (and read back) the mark of an attempt about to start."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -89,6 +99,16 @@ _STOPPED = {
 def why_stopped(reason: StopReason | None) -> str:
     """A stop reason as a run's message says it."""
     return _STOPPED.get(reason, str(reason)) if reason is not None else "stopped"
+
+
+def fenced_patch(run: JobRun) -> dict[str, Any]:
+    """`run`'s status patch with the writer's holder and token (when it has a holder)."""
+    patch = run.status_patch()
+    spec = run.spec.to_dict()
+    fence = {k: spec[k] for k in ("holder", "fencingToken") if spec.get(k) not in (None, "")}
+    if "holder" in fence:
+        patch["spec"] = fence
+    return patch
 
 
 @dataclass(frozen=True)
@@ -217,14 +237,25 @@ class Recorder:
         return run
 
     async def patch_final(self, finished: JobRun) -> None:
-        """Patch a finished run's status (raises KubeError: the caller retries); a record
-        that is gone (its job was deleted) is left gone."""
+        """Patch a run's status (raises KubeError: the caller retries); a record that is gone
+        (its job was deleted) is left gone. The patch carries the writer's spec.holder and
+        spec.fencingToken: the CRD keeps the spec of a held run fixed, so the write of a
+        holder whose run was handed to another (a retry taken over) is refused (422) and
+        dropped, never retried."""
         try:
             await self._jobruns.patch_status(
-                namespace=self.namespace, name=finished.name, patch=finished.status_patch()
+                namespace=self.namespace, name=finished.name, patch=fenced_patch(finished)
             )
         except NotFound:
             _log.debug("JobRun gone before its outcome was written", jobrun=finished.name)
+        except Invalid as e:
+            _log.info(
+                "JobRun status not written: the run is no longer this holder's",
+                jobrun=finished.name,
+                holder=finished.spec.holder,
+                token=finished.spec.fencing_token,
+                error=repr(e),
+            )
 
     def update_backlog(self) -> None:
         """Set the backlog gauge: records not written yet."""
@@ -256,6 +287,37 @@ class Recorder:
             await self.patch_final(run.retrying(attempts=attempts, message=message))
         except KubeError as e:
             _log.info("JobRun attempts not written", jobrun=run.name, error=repr(e))
+
+    async def confirm(self, run: JobRun) -> bool:
+        """Write `run`'s status (an attempt about to start, marked Running) and confirm it
+        landed: a lost reply is read back. False when it was refused or cannot be known."""
+        wanted = run.status.to_dict()
+        for _ in range(_CONFIRMS):
+            try:
+                await self._jobruns.patch_status(
+                    namespace=self.namespace, name=run.name, patch=fenced_patch(run)
+                )
+                return True
+            except (OutcomeUnknown, TimeoutError) as e:
+                _log.info(
+                    "JobRun attempt mark reply lost; reading back", jobrun=run.name, error=repr(e)
+                )
+            except KubeError as e:
+                _log.info("JobRun attempt mark not written", jobrun=run.name, error=repr(e))
+                if not isinstance(e, Unavailable):
+                    return False
+            try:
+                stored = await self._jobruns.get(namespace=self.namespace, name=run.name)
+            except (KubeError, TimeoutError):
+                continue
+            spec, status = (stored or {}).get("spec") or {}, (stored or {}).get("status") or {}
+            if spec.get("holder") != run.spec.holder or (
+                spec.get("fencingToken") != run.spec.fencing_token
+            ):
+                return False
+            if status.get("attempts") == wanted.get("attempts"):
+                return True
+        return False
 
     def record_later(self, run: JobRun, *, job_uid: str | None) -> None:
         """Write `run` (with its final outcome) once the store answers, with retries; never

@@ -15,6 +15,11 @@ under the same claim and fencing as a tick (docs/design.md, "Run requests").
 5. The handler runs with `ctx.tick` = the request's tick and the grant's token; its outcome
    is written to the request as for any run.
 
+A retry handed over by the operator (a run whose holder vanished during its back-off, made
+Pending again and labelled `leasecron.dev/trigger=Retry`: `models.handover`) is picked up the
+same way, by its bound instead of the startingDeadline from its creation; the pickup also
+writes its next attempt, Running, and the run's attempts continue from the earlier ones.
+
 A request nobody picks up within the job's startingDeadline is finished `Missed` by the
 operator, not here: when no replica is there to pick it up, no replica is there to expire it.
 A requested run goes through the one run-a-tick path (`Services.run_tick`, RecordMode.TAKEN),
@@ -40,6 +45,7 @@ from leasecron.kube.errors import Conflict, KubeError, NotFound, OutcomeUnknown
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.kube.watches import Informer, WatchEvent, backoff_delays
 from leasecron.models.decisions import rendezvous_rank
+from leasecron.models.handover import next_retry
 from leasecron.models.requests import REQUEST_SELECTOR, Request, pickup_patch, read_request
 from leasecron.models.specs import Bucket, JobRun, JobRunSpec, ScheduledJob, SpecError
 from leasecron.runtime._invoke import RunControl, StopReason
@@ -63,6 +69,20 @@ def _created(obj: dict[str, Any]) -> datetime | None:
         return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).astimezone(UTC)
     except ValueError:
         return None
+
+
+def retry_bound(job: ScheduledJob, request: Request) -> datetime | None:
+    """When a handed-over retry must have started by (None: none is owed)."""
+    spec = job.spec
+    handover = next_retry(
+        attempts=request.attempts,
+        retry=spec.retry,
+        tick=request.tick,
+        schedule=spec.parsed_schedule,
+        policy=spec.concurrency_policy,
+        starting_deadline=spec.starting_deadline,
+    )
+    return handover.until if handover is not None else None
 
 
 def job_lookup(jobs: ObjectCache, services: Services) -> JobLookup:
@@ -203,6 +223,11 @@ class RequestPickup:
             return
         made = request.created or services.clock.now()
         give_up = max(made + job.spec.starting_deadline, services.clock.now())
+        if request.retry:
+            due = retry_bound(job, request)
+            if due is None or due <= services.clock.now():
+                return
+            give_up = due
         result = await self._ticks.claim_request(
             job,
             wanted=functools.partial(self._still_pending, name),
@@ -308,6 +333,11 @@ class RequestPickup:
         # its start (keepAlive or not): a request is outside the schedule, so the next tick
         # says nothing about it (a backfilled tick's next tick is long past).
         taken = Taken(run=record, until=start + job.spec.lock.at_most_for)
+        if request.retry:
+            # A retry handed over: its attempts go on from the vanished holder's, under this
+            # claim's (new, higher) token, and start before the handover's bound.
+            until = retry_bound(job, request)
+            taken = Taken(run=record, earlier=request.attempts, until=until)
         with run_fence(grant, job, clock=services.clock, link=link) as fence:
             await services.run_tick(
                 job,

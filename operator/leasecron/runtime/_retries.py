@@ -16,13 +16,12 @@ run ends with the last attempt's outcome and its message says why the retries st
 A requested run (`Taken.until`) has no next tick: its retries start before its own deadline
 instead (the claim's atMostFor from its start), whatever the policy.
 
-Not promised: a holder that dies during the back-off loses its grant, and nobody continues
-its attempts (the shard Lease records the tick's instant as claimed, so no other replica may
-claim it again, and a new claim would carry another token); the operator records the run
-`Abandoned`. A handover would need the record to tell a death in the back-off from one after
-the next attempt started (its start is not written before the handler runs) and the record
-writes to be fenced against the dead holder's late patches. `decide` is pure; `Attempts`
-drives the loop for `Services.run_tick`.
+Before a retry starts, its attempt is written `Running` and confirmed (`Mark`); if that cannot
+be confirmed, the attempt is not run. So a record whose last attempt is finished has no attempt
+going. A holder that dies during the back-off leaves such a record, and the operator hands the
+retry to another replica (`models.handover`); the late writes of the dead holder are refused
+(`Recorder.patch_final`). `decide` is pure; `Attempts` drives the loop for
+`Services.run_tick`.
 """
 
 from __future__ import annotations
@@ -74,6 +73,30 @@ def progress_writer(
             await recorder.progress(run, attempts=attempts, message=message)
 
     return write
+
+
+Mark = Callable[[tuple[Attempt, ...], str], Awaitable[bool]]
+"""Writes the attempts so far plus the next one, Running, and confirms it landed (awaited)."""
+MARK_WAIT = 10.0
+"""Seconds a run recorded off the start path waits for its record to be written before the
+mark of its next attempt (which must land after it)."""
+
+
+def mark_writer(recorder: Recorder, *, run: JobRun | None, deferred: DeferredRun | None) -> Mark:
+    """The Mark of a run recorded as `run` or `deferred` (its queued create and patches are
+    written first); a run without a record has nothing to mark and goes on."""
+
+    async def mark(attempts: tuple[Attempt, ...], message: str) -> bool:
+        record = run
+        if deferred is not None:
+            if not await recorder.deferred.written(deferred, timeout=MARK_WAIT):
+                return False
+            record = deferred.run
+        if record is None:
+            return True
+        return await recorder.confirm(record.retrying(attempts=attempts, message=message))
+
+    return mark
 
 
 @dataclass(frozen=True)
@@ -150,13 +173,15 @@ class Attempts:
         *,
         fence: Fence | None,
         progress: Progress,
+        mark: Mark | None = None,
         earlier: tuple[Attempt, ...] = (),
         until: datetime | None = None,
     ) -> None:
-        """`earlier`: attempts of the run made before (by a holder that vanished); `until`:
+        """`mark`: confirms each retry's start before it runs (None: not recorded);
+        `earlier`: attempts of the run made before (by a holder that vanished); `until`:
         retries start before it instead of before the schedule's next tick."""
         self._services, self._job, self._control = services, job, control
-        self._fence, self._progress = fence, progress
+        self._fence, self._progress, self._mark = fence, progress, mark
         self._done: list[Attempt] = list(earlier)
         self._until = until
 
@@ -190,6 +215,9 @@ class Attempts:
             if await self._control.wait_stopped(max(0.0, wait)):
                 why = why_stopped(self._control.reason)
                 return self._finish(ctx, outcome, message, why=why)
+            if not await self._marked(step.attempt, outcome, message):
+                why = f"attempt {step.attempt} could not be recorded as started"
+                return self._finish(ctx, outcome, message, why=why)
             ctx = dataclasses.replace(
                 ctx,
                 attempt=step.attempt,
@@ -201,6 +229,17 @@ class Attempts:
             if ended is None:
                 return self._finish(ctx, Outcome.FAILED, "no handler", why="")
             end = ended
+
+    async def _marked(self, attempt: int, outcome: Outcome, message: str) -> bool:
+        """Record attempt `attempt` as Running before it starts, confirmed: if this holder
+        dies now, the record says the attempt may have run (the operator does not hand it
+        over); a death before it says it did not."""
+        if self._mark is None:
+            return True
+        start = self._services.clock.now()
+        running = Attempt(start=start, outcome=Outcome.RUNNING)
+        note = f"attempt {attempt} running (attempt {attempt - 1} ended {outcome.value}: {message})"
+        return await self._mark((*self._done, running), note)
 
     def _finish(self, ctx: JobContext, outcome: Outcome, message: str, *, why: str) -> Finished:
         limit = self._job.spec.retry.limit

@@ -38,7 +38,7 @@ from leasecron.runtime._observe import RunObserver
 from leasecron.runtime._planning import TickPlan
 from leasecron.runtime._records import Recorder, outcome_of
 from leasecron.runtime._registry import HandlerRegistry, RegisteredHandler
-from leasecron.runtime._retries import Attempts, progress_writer
+from leasecron.runtime._retries import Attempts, mark_writer, progress_writer
 from leasecron.runtime._timeouts import timeout_of
 
 _log = get_logger("leasecron.runtime")
@@ -323,6 +323,7 @@ class Services:
             control,
             fence=fence,
             progress=progress,
+            mark=mark_writer(self.recorder, run=run, deferred=deferred),
             earlier=taken.earlier if taken is not None else (),
             until=taken.until if taken is not None else None,
         )

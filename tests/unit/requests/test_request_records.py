@@ -53,7 +53,7 @@ def test_a_request_is_the_pending_per_tick_jobrun_labelled_with_its_trigger_and_
         "requestedBy": "alice",
     }
     assert body["status"]["outcome"] == "Pending"
-    assert REQUEST_SELECTOR == "leasecron.dev/trigger in (Manual,Backfill)"
+    assert REQUEST_SELECTOR == "leasecron.dev/trigger in (Manual,Backfill,Retry)"
 
 
 def test_a_schedule_run_cannot_be_made_a_request() -> None:

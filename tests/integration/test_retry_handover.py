@@ -1,0 +1,182 @@
+"""A retry handed over against a real API server: the holder of a failed run dies during the
+retry back-off, the operator makes the run a retry request, another replica runs the next
+attempt under a new, higher token; a late status write of the replaced holder is refused."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from operator_helpers import StartOperator, apply_job, poll
+
+from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION
+from leasecron.testing import ChildProcess
+
+GROUP_NAME = "handover"
+REPLICA = """
+import sys
+from leasecron.runtime import Scheduler, Tuning
+
+namespace, identity = sys.argv[1:3]
+scheduler = Scheduler(
+    "handover", namespace=namespace, identity=identity, grace_period=1.0,
+    tuning=Tuning(member_duration_s=2, member_renew_every=0.5),
+)
+
+def flaky(ctx):
+    print(f"attempt {ctx.tick.isoformat()} {ctx.attempt} {ctx.token}", flush=True)
+    if ctx.attempt == 1:
+        raise RuntimeError("attempt 1 failed")
+
+scheduler.register("flaky", flaky)
+scheduler.run_forever()
+"""
+_ATTEMPT = re.compile(r"^attempt (\S+) (\d+) (\d+)$")
+
+
+@contextlib.contextmanager
+def replica(
+    kubeconfig: Path, namespace: str, tmp_path: Path, identity: str
+) -> Iterator[ChildProcess]:
+    child = ChildProcess(
+        name=identity,
+        argv=[sys.executable, "-c", REPLICA, namespace, identity],
+        log_path=tmp_path / f"{identity}.log",
+        env={"KUBECONFIG": str(kubeconfig)},
+    )
+    try:
+        yield child
+    finally:
+        child.kill()
+
+
+def attempts_in(tmp_path: Path, identity: str) -> list[tuple[str, int, int]]:
+    """(tick, attempt, token) of every attempt the replica's handler started."""
+    path = tmp_path / f"{identity}.log"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    found = (_ATTEMPT.match(line.strip()) for line in lines)
+    return [(m[1], int(m[2]), int(m[3])) for m in found if m]
+
+
+def jobruns(api: Any, namespace: str) -> list[dict[str, Any]]:
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, JOBRUN_PLURAL, label_selector="leasecron.dev/job=flaky"
+    )
+    items: list[dict[str, Any]] = listed["items"]
+    return sorted(items, key=lambda i: i["spec"].get("tick", ""))
+
+
+def in_backoff(api: Any, namespace: str) -> dict[str, Any] | None:
+    """The first run, once its first attempt is recorded Failed and it is still Running."""
+    runs = jobruns(api, namespace)
+    if not runs:
+        return None
+    status = runs[0].get("status") or {}
+    attempts = status.get("attempts") or []
+    failed = [a.get("outcome") for a in attempts] == ["Failed"]
+    return runs[0] if failed and status.get("outcome") == "Running" else None
+
+
+def handed_over_and_finished(
+    api: Any,
+    namespace: str,
+    kubeconfig: Path,
+    tmp_path: Path,
+    start_operator: StartOperator,
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Two replicas and the operator; the holder of the first run is killed during its
+    back-off. The run as it was then, as it ended, and the killed holder's identity."""
+    apply_job(
+        api,
+        namespace,
+        "flaky",
+        group=GROUP_NAME,
+        schedule="@every 20s",
+        retry={"limit": 2, "backoff": "3s"},
+        lock={"atMostFor": "3s"},
+        startingDeadline="10s",
+    )
+    with (
+        start_operator(),
+        replica(kubeconfig, namespace, tmp_path, "r1") as r1,
+        replica(kubeconfig, namespace, tmp_path, "r2") as r2,
+    ):
+        before = poll(
+            lambda: in_backoff(api, namespace), timeout=40, what="attempt 1 failed, in back-off"
+        )
+        holder = before["spec"]["holder"]
+        {"r1": r1, "r2": r2}[holder].signal(signal.SIGKILL)
+        name = before["metadata"]["name"]
+
+        def finished() -> dict[str, Any] | None:
+            run = client.CustomObjectsApi(api).get_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBRUN_PLURAL, name
+            )
+            outcome = (run.get("status") or {}).get("outcome")
+            return run if outcome not in (None, "Running", "Pending") else None
+
+        after = poll(finished, timeout=40, what="the run finished")
+    return before, after, holder
+
+
+def test_a_holder_killed_during_the_back_off_hands_the_retry_to_another_replica(
+    kube_api: Any,
+    namespace: str,
+    kubeconfig: Path,
+    tmp_path: Path,
+    start_operator: StartOperator,
+) -> None:
+    before, after, dead = handed_over_and_finished(
+        kube_api, namespace, kubeconfig, tmp_path, start_operator
+    )
+    other = "r2" if dead == "r1" else "r1"
+    status = after["status"]
+    assert status["outcome"] == "Succeeded", status
+    assert [a["outcome"] for a in status["attempts"]] == ["Failed", "Succeeded"]
+    assert status["attempts"][0] == before["status"]["attempts"][0]
+    assert after["spec"]["holder"] == other
+    assert after["spec"]["fencingToken"] > before["spec"]["fencingToken"]
+    assert after["metadata"]["labels"]["leasecron.dev/trigger"] == "Retry"
+    assert after["spec"].get("trigger") == before["spec"].get("trigger")
+    tick = before["spec"]["tick"].replace("Z", "+00:00")
+    ran = [
+        (who, a, t) for who in ("r1", "r2") for (k, a, t) in attempts_in(tmp_path, who) if k == tick
+    ]
+    assert sorted(ran) == sorted(
+        [(dead, 1, before["spec"]["fencingToken"]), (other, 2, after["spec"]["fencingToken"])]
+    )
+
+
+@pytest.mark.usefixtures("leasecron_crds")
+def test_a_replaced_holders_late_status_write_is_refused(
+    kube_api: Any,
+    namespace: str,
+    kubeconfig: Path,
+    tmp_path: Path,
+    start_operator: StartOperator,
+) -> None:
+    before, after, dead = handed_over_and_finished(
+        kube_api, namespace, kubeconfig, tmp_path, start_operator
+    )
+    late = {
+        "spec": {"holder": dead, "fencingToken": before["spec"]["fencingToken"]},
+        "status": {"outcome": "Failed", "message": "attempt 2 failed (late)"},
+    }
+    api = client.CustomObjectsApi(kube_api)
+    with pytest.raises(client.ApiException) as refused:
+        api.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, JOBRUN_PLURAL, after["metadata"]["name"], late
+        )
+    assert refused.value.status == 422
+    stored = api.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, JOBRUN_PLURAL, after["metadata"]["name"]
+    )
+    assert stored["status"]["outcome"] == "Succeeded"
+    assert stored["spec"]["holder"] == after["spec"]["holder"]
