@@ -1,6 +1,7 @@
 """A retry handed over against a real API server: the holder of a failed run dies during the
 retry back-off, the operator makes the run a retry request, another replica runs the next
-attempt under a new, higher token; a late status write of the replaced holder is refused."""
+attempt under a new, higher token; a late status write of the replaced holder is refused;
+each retry is recorded Running before its handler starts."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ import pytest
 from kubernetes import client
 from operator_helpers import StartOperator, apply_job, poll
 
-from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION
+from leasecron import JobContext, Scheduler
+from leasecron.kube.clients import Kube
+from leasecron.models.names import GROUP, JOBRUN_PLURAL, VERSION, jobrun_name
 from leasecron.testing import ChildProcess
+from leasecron.testing.handlers import run_tick_sync, scheduled_job
 
 GROUP_NAME = "handover"
 REPLICA = """
@@ -180,3 +184,27 @@ def test_a_replaced_holders_late_status_write_is_refused(
     )
     assert stored["status"]["outcome"] == "Succeeded"
     assert stored["spec"]["holder"] == after["spec"]["holder"]
+
+
+def test_each_retry_is_recorded_running_before_its_handler_starts(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    seen: list[list[dict[str, Any]]] = []
+
+    def flaky(ctx: JobContext) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError("attempt 1 failed")
+        run = client.CustomObjectsApi(kube_api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, JOBRUN_PLURAL, jobrun_name(ctx.job, ctx.tick)
+        )
+        seen.append(list((run.get("status") or {}).get("attempts") or []))
+
+    replica = Scheduler(namespace=namespace, kube=kube, grace_period=5)
+    replica.register("flaky", flaky)
+    job = scheduled_job("flaky", schedule="0 0 1 1 *", retry={"limit": 1, "backoff": "1s"})
+    result = run_tick_sync(replica, job)
+    assert result.outcome == "Succeeded"
+    assert [[a["outcome"] for a in attempts] for attempts in seen] == [["Failed", "Running"]]
+    assert result.jobrun is not None
+    final = result.jobrun["status"]["attempts"]
+    assert [a["outcome"] for a in final] == ["Failed", "Succeeded"]
