@@ -111,7 +111,9 @@ def defer_to_logging() -> None:
         ],
         wrapper_class=structlog.stdlib.BoundLogger,
         logger_factory=structlog.stdlib.LoggerFactory(),
-        cache_logger_on_first_use=True,
+        # Not cached: the application (or its tests, with structlog.testing.capture_logs) may
+        # configure structlog after leasecron's loggers were first used.
+        cache_logger_on_first_use=False,
     )
 
 

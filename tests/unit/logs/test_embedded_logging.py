@@ -58,3 +58,20 @@ def test_a_structlog_configuration_of_the_application_is_kept() -> None:
         """
     )
     assert "event='scheduler started'" in out.stdout and "group='web'" in out.stdout
+
+
+def test_loggers_used_before_the_application_configures_structlog_follow_its_config() -> None:
+    out = run(
+        """
+        import structlog
+        from leasecron import _logs
+        _logs.defer_to_logging()
+        log = _logs.get_logger("leasecron.runtime.jobs")
+        log.warning("first use")
+        structlog.configure(processors=[structlog.processors.KeyValueRenderer()])  # the app's
+        with structlog.testing.capture_logs() as logs:
+            log.info("invalid ScheduledJob skipped", generation=1)
+        print([e["event"] for e in logs])
+        """
+    )
+    assert out.stdout.strip() == "['invalid ScheduledJob skipped']"
