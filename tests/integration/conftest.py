@@ -10,11 +10,12 @@ import functools
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from operator_helpers import StartOperator, StartReplica, running_operator, running_replica
 
-from leasecron import JobContext, Scheduler
+from leasecron import JobContext, Scheduler, close_guards
 from leasecron.kube.clients import Kube
 from leasecron.runtime import Tuning
 from leasecron.testing.handlers import run_tick_sync, scheduled_job
@@ -59,3 +60,19 @@ def start_replica(kubeconfig: Path, namespace: str, tmp_path: Path) -> StartRepl
     """`with start_replica(identity=..., group=..., handlers=...) as replica:` a replica
     process of the Scheduler in this test's namespace; its log in the test's directory."""
     return functools.partial(running_replica, kubeconfig, namespace, tmp_path)
+
+
+@pytest.fixture
+def closed_guards() -> Iterator[None]:
+    """The test starts and ends without guard caches or grants left in this process
+    (`pytestmark = pytest.mark.usefixtures("closed_guards")` in a guard module)."""
+    yield
+    close_guards()
+
+
+@pytest.fixture
+def kubes(request: pytest.FixtureRequest, kube_api: Any, leasecron_crds: list[str]) -> list[Kube]:
+    """One client per replica, each with its own Lease cache as separate pods have (the
+    module's `REPLICAS` of them, default 3), with the CRDs installed."""
+    count = getattr(request.module, "REPLICAS", 3)
+    return [Kube(kube_api, max_workers=4) for _ in range(count)]

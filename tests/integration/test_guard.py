@@ -10,7 +10,7 @@ import asyncio
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,34 +29,19 @@ from leasecron.runtime import (
     GuardRun,
     LostLockError,
     aclose_guards,
-    close_guards,
     current_run,
     guard,
 )
 from leasecron.testing import ChildProcess
 from leasecron.testing.faults import Fault, fault_plan
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("closed_guards")]
 REPLICAS = 3
 ROUNDS = 5
 LEASE = "leasecron-guard-send-reminders"
 TAKEN = {"taken", "live_grant", "conflict", "exists"}
 """The reasons of a replica that lost the tick to another one."""
 REPLICA_SCRIPT = Path(__file__).with_name("_guard_replica.py")
-
-
-@pytest.fixture(autouse=True)
-def _closed_guards() -> Iterator[None]:
-    """Every test starts and ends without guard caches or grants left in this process."""
-    yield
-    close_guards()
-
-
-@pytest.fixture
-def kubes(kube_api: ApiClient, leasecron_crds: list[str]) -> list[Kube]:
-    """One client per replica (each with its own Lease cache, as separate pods have), with
-    the CRDs installed."""
-    return [Kube(kube_api, max_workers=4) for _ in range(REPLICAS)]
 
 
 def recent_ticks(count: int) -> list[datetime]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,7 +35,7 @@ from leasecron.runtime import (
     current_run,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("closed_guards")]
 REPLICAS = 2
 ROUNDS = 4
 TAKEN = {"taken", "live_grant", "conflict", "exists"}
@@ -46,18 +46,6 @@ STARTED, SUCCEEDED, FAILED, SKIPPED = (
     RunEventKind.SKIPPED,
 )
 APP = trace.get_tracer("app")
-
-
-@pytest.fixture(autouse=True)
-def _closed_guards() -> Iterator[None]:
-    yield
-    close_guards()
-
-
-@pytest.fixture
-def kubes(kube_api: ApiClient, leasecron_crds: list[str]) -> list[Kube]:
-    """One client per replica (each with its own Lease cache, as separate pods have)."""
-    return [Kube(kube_api, max_workers=4) for _ in range(REPLICAS)]
 
 
 class Heard:

@@ -8,7 +8,6 @@ conflict, and the guards keep it after the Scheduler stops."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,21 +21,11 @@ from leasecron.kube.clients import Kube
 from leasecron.models.names import member_lease_name
 from leasecron.runtime import Guard, Tuning, close_guards
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("closed_guards")]
 GROUP = "reports"
 JOB = "nightly-report"
+REPLICAS = 4
 FAST = Tuning(member_duration_s=3, member_renew_every=0.5)
-
-
-@pytest.fixture(autouse=True)
-def _closed_guards() -> Iterator[None]:
-    yield
-    close_guards()
-
-
-@pytest.fixture
-def kubes(kube_api: ApiClient, leasecron_crds: list[str]) -> list[Kube]:
-    return [Kube(kube_api, max_workers=4) for _ in range(4)]
 
 
 def status(kube_api: ApiClient, namespace: str) -> dict[str, Any]:
