@@ -4,10 +4,10 @@ throwaway (or real) cluster exactly as a replica would.
 
     from leasecron.testing.handlers import CapturingHandler, run_tick_sync, scheduled_job
 
+    scheduler = Scheduler("billing-api", kube=kube, namespace="billing")
     capture = CapturingHandler(my_handler)
     scheduler.register("nightly_report", capture)
-    result = run_tick_sync(scheduler, scheduled_job("nightly-report", schedule="0 2 * * *"),
-                           kube=kube, namespace="billing")
+    result = run_tick_sync(scheduler, scheduled_job("nightly-report", schedule="0 2 * * *"))
     assert result.outcome == "Succeeded" and result.context.token is not None
 
 Owns these helpers only. `run_tick` writes what a replica writes (the job's Lease, a member
