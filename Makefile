@@ -12,7 +12,7 @@ IMAGE ?= leasecron/operator:dev
 LOCK_ARGS ?=
 PYTHON_IMAGE ?=
 
-.PHONY: all venv controlplane node lint test unit integration demo bench clean lock image image-smoke actionlint
+.PHONY: all venv controlplane node stores lint test unit integration demo bench clean lock image image-smoke actionlint
 
 all: test
 
@@ -42,13 +42,18 @@ node:
 	@bash e2e/controlplane/build.sh >/dev/null
 	@bash e2e/node/build.sh >/dev/null
 
+# PostgreSQL and redis-server for the store tests (leasecron.fencing): Debian packages,
+# installed when missing and this is a root shell with apt-get (e2e/stores/host-packages.sh).
+stores:
+	@bash e2e/stores/host-packages.sh
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: venv controlplane node
+test: venv controlplane node stores
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -59,7 +64,7 @@ test: venv controlplane node
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv controlplane node
+integration: venv controlplane node stores
 	$(BIN)/pytest tests/integration e2e $(PYTEST_ARGS)
 
 demo: venv controlplane

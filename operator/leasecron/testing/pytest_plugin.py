@@ -17,6 +17,11 @@ cluster you already have instead (its user must be allowed everything).
 
 Tests that use any of these fixtures are marked `integration` automatically. Owns the fixtures
 below; does not clean up objects a test creates outside its `namespace`.
+
+For handlers that write to a database, real servers come beside the cluster, each started
+once per session on first use (leasecron.testing._stores): `postgres_server` and
+`postgres_database` (a fresh database per test; `.url`, `.dsn`, `.connect()`), `redis_server`
+and `redis_database` (flushed per test; `.url`, `.client()`, `.async_client()`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,13 @@ if TYPE_CHECKING:
 
     from leasecron.testing._access import ClusterAccess
     from leasecron.testing.controlplane import ControlPlane
+
+from leasecron.testing._stores import (  # noqa: F401 (fixtures registered by import)
+    postgres_database_fixture,
+    postgres_server_fixture,
+    redis_database_fixture,
+    redis_server_fixture,
+)
 
 if importlib.util.find_spec("cryptography") is None:
     raise ImportError(

@@ -1,0 +1,166 @@
+"""The three patterns through psycopg 3 on PostgreSQL, without SQLAlchemy: `pg_claim_period`,
+`pg_fenced_upsert` and `pg_hold_fence`, the same statements as `leasecron.fencing`'s
+SQLAlchemy helpers, in the caller's transaction on a `psycopg.Connection`.
+
+Owns the SQL as psycopg composes it (identifiers quoted by `psycopg.sql`) and a look at the
+catalog, once per connection and table, so that a table without the token column is named
+before anything is written. Nothing here commits.
+
+Does not promise: a `psycopg.AsyncConnection` (run these in `conn.run_sync`-style code or
+use SQLAlchemy's async session with `run_sync`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from leasecron.fencing._outcomes import (
+    Check,
+    Claim,
+    Fenced,
+    already_claimed,
+    applied,
+    claimed,
+    refused,
+)
+from leasecron.fencing._runs import FencingError, RunLike, run_ref
+from leasecron.fencing._schema import FENCES_TABLE, RUNS_TABLE, TOKEN_COLUMN
+
+STORE = "postgresql"
+_COLUMNS: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, dict[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+_CLAIM = sql.SQL(
+    "INSERT INTO {runs} (namespace, job, period, token, holder) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (namespace, job, period) DO NOTHING RETURNING period"
+).format(runs=sql.Identifier(RUNS_TABLE))
+_CLAIMED_TOKEN = sql.SQL(
+    "SELECT token FROM {runs} WHERE namespace = %s AND job = %s AND period = %s"
+).format(runs=sql.Identifier(RUNS_TABLE))
+_FENCE = sql.SQL(
+    "INSERT INTO {fences} AS f (name, token) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE "
+    "SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP "
+    "WHERE f.token <= EXCLUDED.token RETURNING token"
+).format(fences=sql.Identifier(FENCES_TABLE))
+_FENCE_TOKEN = sql.SQL("SELECT token FROM {fences} WHERE name = %s").format(
+    fences=sql.Identifier(FENCES_TABLE)
+)
+
+
+def pg_claim_period(
+    conn: psycopg.Connection[Any], *, run: RunLike, period: str | None = None
+) -> Claim:
+    """`claim_period` on a psycopg connection: a falsy `Claim` when the period's run
+    record exists already (counted)."""
+    ref = run_ref(run, period=period)
+    row = conn.execute(_CLAIM, (ref.namespace, ref.job, ref.period, ref.token, ref.holder))
+    if row.fetchone() is not None:
+        return claimed(ref)
+    existing = conn.execute(_CLAIMED_TOKEN, (ref.namespace, ref.job, ref.period)).fetchone()
+    return already_claimed(STORE, ref, existing[0] if existing else None)
+
+
+def pg_fenced_upsert(
+    conn: psycopg.Connection[Any],
+    table: str,
+    *,
+    key: Mapping[str, Any],
+    values: Mapping[str, Any],
+    run: RunLike,
+    token_column: str = TOKEN_COLUMN,
+) -> Fenced:
+    """`fenced_upsert` on a psycopg connection; `table` is a name, `"schema.table"` too."""
+    ref = run_ref(run)
+    token = ref.fenced("pg_fenced_upsert")
+    _check_columns(conn, table, key=key, values=values, token_column=token_column)
+    name = sql.Identifier(*table.split("."))
+    tok = sql.Identifier(token_column)
+    columns = [*key, *values, token_column]
+    updates = [
+        sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in (*values, token_column)
+    ]
+    stmt = sql.SQL(
+        "INSERT INTO {table} AS t ({columns}) VALUES ({params}) ON CONFLICT ({key}) "
+        "DO UPDATE SET {updates} WHERE t.{tok} <= EXCLUDED.{tok} RETURNING t.{tok}"
+    ).format(
+        table=name,
+        columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
+        params=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+        key=sql.SQL(", ").join(map(sql.Identifier, key)),
+        updates=sql.SQL(", ").join(updates),
+        tok=tok,
+    )
+    if conn.execute(stmt, [*key.values(), *values.values(), token]).fetchone() is not None:
+        return applied(Check.UPSERT, token)
+    where = sql.SQL(" AND ").join(sql.SQL("{c} = %s").format(c=sql.Identifier(c)) for c in key)
+    current = conn.execute(
+        sql.SQL("SELECT {tok} FROM {table} WHERE {where}").format(tok=tok, table=name, where=where),
+        list(key.values()),
+    ).fetchone()
+    return refused(STORE, ref, Check.UPSERT, current[0] if current else None)
+
+
+def pg_hold_fence(conn: psycopg.Connection[Any], name: str, *, run: RunLike) -> Fenced:
+    """`hold_fence` on a psycopg connection: the fence row is locked until the transaction
+    ends; a falsy `Fenced` (counted) when a higher token holds it."""
+    ref = run_ref(run)
+    token = ref.fenced("pg_hold_fence")
+    if not isinstance(name, str) or not name:
+        raise FencingError(f"fence name must be a non-empty string, got {name!r}")
+    if conn.execute(_FENCE, (name, token)).fetchone() is not None:
+        return applied(Check.FENCE, token)
+    current = conn.execute(_FENCE_TOKEN, (name,)).fetchone()
+    return refused(STORE, ref, Check.FENCE, current[0] if current else None)
+
+
+def _check_columns(
+    conn: psycopg.Connection[Any],
+    table: str,
+    *,
+    key: Mapping[str, Any],
+    values: Mapping[str, Any],
+    token_column: str,
+) -> None:
+    columns = _columns(conn, table)
+    if token_column not in columns:
+        raise FencingError(
+            f"table {table!r} has no token column {token_column!r}: add a BIGINT column "
+            f"(leasecron.fencing.token_column_sql({table!r})) or pass token_column= with "
+            "the one it has"
+        )
+    if columns[token_column] not in ("bigint", "integer", "smallint"):
+        raise FencingError(
+            f"token column {table}.{token_column} must be an integer type, "
+            f"got {columns[token_column]}"
+        )
+    if not key:
+        raise FencingError(f"key must name at least one column of {table!r}, got {{}}")
+    for field, names in (("key", key), ("values", values)):
+        for name in names:
+            if name not in columns:
+                raise FencingError(f"{field} names {name!r}, not a column of {table!r}")
+            if name == token_column:
+                raise FencingError(
+                    f"{token_column!r} is the token column: the helper writes it, leave it out"
+                )
+
+
+def _columns(conn: psycopg.Connection[Any], table: str) -> dict[str, str]:
+    """Column name -> type of `table`, read from the catalog once per connection."""
+    known = _COLUMNS.setdefault(conn, {})
+    if table not in known:
+        rows = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+            (table,),
+        ).fetchall()
+        if not rows:
+            raise FencingError(f"table {table!r} does not exist (or has no columns)")
+        known[table] = {str(name): str(kind) for name, kind in rows}
+    return known[table]
