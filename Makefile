@@ -12,7 +12,7 @@ IMAGE ?= leasecron/operator:dev
 LOCK_ARGS ?=
 PYTHON_IMAGE ?=
 
-.PHONY: all venv controlplane node stores lint test unit integration demo bench clean lock image image-smoke actionlint
+.PHONY: all venv controlplane node stores lint test unit integration demo bench clean lock image image-smoke actionlint docs docs-check
 
 all: test
 
@@ -58,6 +58,7 @@ test: venv controlplane node stores
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	@bash e2e/tools/actionlint.sh
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q
 	$(BIN)/pytest $(PYTEST_ARGS)
 	$(BIN)/mypy
 
@@ -100,5 +101,17 @@ image-smoke: venv controlplane
 actionlint:
 	@bash e2e/tools/actionlint.sh
 
+# The documentation site (mkdocs.yml, pages in docs/) into site/; `make test` builds it with
+# --strict, so a broken link or an API name that no longer exists fails.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build -q
+
+# The site served on 127.0.0.1 and looked at in headless Chromium (Debian's chromium and
+# chromium-driver, installed when missing): home page, search, an API page; screenshots in
+# site/_check/.
+docs-check: docs
+	@bash e2e/docs/chromium.sh
+	$(BIN)/python e2e/docs/docs_check.py site
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache build *.egg-info operator/*.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache build site *.egg-info operator/*.egg-info

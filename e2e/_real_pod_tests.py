@@ -4,7 +4,7 @@
 chart's default values and the example app use) imports these and gets the scenarios of
 e2e/_scenarios.py run on it: e2e/test_real_pods.py (a NodeCluster here) and e2e/test_kind.py
 (kind). They run on one cluster in the order of their numbers (pytest sorts imported tests by
-name), the README's way in first; each leaves the app at its 3 replicas and the jobs as the
+name), the install guide's way in first; each leaves the app at its 3 replicas and the jobs as the
 example defines them.
 """
 
@@ -34,12 +34,12 @@ __all__ = [
 
 @pytest.fixture(scope="module")
 def installed(cluster: scenarios.Cluster) -> Iterator[scenarios.RunLog]:
-    """The README's way in done once; the example app's lines followed from then on."""
+    """The install guide's way in done once; the example app's lines followed from then on."""
     started = time.monotonic()
     kubectl = [str(find_assets().binary("kubectl")), "--kubeconfig", str(cluster.kubeconfig)]
     with scenarios.RunLog(cluster=cluster, kubectl=kubectl) as log:
         scenarios.install_the_readme_way(cluster)
-        print(f"installed the README's way in {time.monotonic() - started:.1f} s")
+        print(f"installed the install guide's way in {time.monotonic() - started:.1f} s")
         yield log
 
 

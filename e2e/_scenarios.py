@@ -1,4 +1,4 @@
-"""The real-pod scenarios, for any cluster that runs pods: the README's way in (image, chart,
+"""The real-pod scenarios, for any cluster that runs pods: the install guide's way in (image, chart,
 example jobs, app RBAC, example app) and what the chart and the example app promise once they
 run. Every check is made from outside, through the API and the replicas' effects (the JSON
 lines the example app prints per run, the JobRuns, the Leases).
@@ -250,7 +250,7 @@ def tick_floor(moment: datetime, step: timedelta) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
-# --- 1: the README's way in -----------------------------------------------------------------
+# --- 1: the install guide's way in ----------------------------------------------------------------
 
 
 def leasecron_cli() -> list[str]:
@@ -258,7 +258,7 @@ def leasecron_cli() -> list[str]:
 
 
 def install_the_readme_way(cluster: Cluster) -> None:
-    """Steps 2 to 5 of the README's "From nothing to a running cluster", with the chart's
+    """Steps 2 to 5 of "From nothing to a running cluster" (docs/how-to/helm.md), with the chart's
     default values (the image is already in the cluster under its default name)."""
     cluster.helm("install", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--create-namespace")
     wait_operator_rollout(cluster)
