@@ -111,8 +111,9 @@ def fencing_tables(metadata: MetaData) -> tuple[Table, Table]:
     `metadata` (so `metadata.create_all(engine)` and Alembic's autogenerate see them)."""
     import sqlalchemy as sa
 
-    runs = metadata.tables.get(RUNS_TABLE) or sa.Table(RUNS_TABLE, metadata, *_runs_columns())
-    fences = metadata.tables.get(FENCES_TABLE) or sa.Table(
-        FENCES_TABLE, metadata, *_fences_columns()
-    )
+    made = {}
+    for name, columns in _COLUMNS.items():
+        existing = metadata.tables.get(name)
+        made[name] = existing if existing is not None else sa.Table(name, metadata, *columns())
+    runs, fences = made[RUNS_TABLE], made[FENCES_TABLE]
     return runs, fences
