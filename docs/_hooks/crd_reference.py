@@ -69,8 +69,10 @@ def _limits(schema: dict[str, Any], required: bool) -> str:
         parts.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
     if "minimum" in schema or "maximum" in schema:
         parts.append(f"{schema.get('minimum', '…')} to {schema.get('maximum', '…')}")
-    if "minLength" in schema or "maxLength" in schema:
-        parts.append(f"length {schema.get('minLength', 0)} to {schema.get('maxLength', '…')}")
+    if "minLength" in schema:
+        parts.append(f"{schema['minLength']} to {schema.get('maxLength', '…')} characters")
+    elif "maxLength" in schema:
+        parts.append(f"at most {schema['maxLength']} characters")
     if "maxItems" in schema:
         parts.append(f"at most {schema['maxItems']} items")
     pattern = schema.get("pattern")
@@ -83,7 +85,7 @@ def _rows(schema: dict[str, Any], path: str, rules: list[tuple[str, str]]) -> li
     rows: list[tuple[str, ...]] = []
     required = set(schema.get("required", []))
     for name, child in schema.get("properties", {}).items():
-        field = f"{path}.{name}"
+        field = f"{path}.{name}" if path else name
         default = _code(child["default"]) if "default" in child and child["default"] != {} else ""
         rows.append(
             (
@@ -104,7 +106,8 @@ def _rows(schema: dict[str, Any], path: str, rules: list[tuple[str, str]]) -> li
 
 
 def fields_table(name: str, top: str) -> str:
-    """The markdown of CRD `name`'s fields under its top-level property `top`."""
+    """The markdown of CRD `name`'s fields under its top-level property `top` (paths
+    relative to it: `lock.atMostFor` is `spec.lock.atMostFor`)."""
     schema = _version(_crd(name))["schema"]["openAPIV3Schema"]
     if top not in schema.get("properties", {}):
         raise PluginError(f"crd reference: {name} has no property {top!r}")
@@ -117,7 +120,7 @@ def fields_table(name: str, top: str) -> str:
         for r in schema.get("x-kubernetes-validations", [])
         if top == "spec"
     ]
-    rows = _rows(part, top, rules)
+    rows = _rows(part, "", rules)
     lines = ["| field | type | default | limits | description |", "|---|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     if rules:

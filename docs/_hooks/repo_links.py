@@ -39,6 +39,8 @@ def on_page_markdown(markdown: str, *, page: Any, config: Any, **_: Any) -> str:
         relative = path.relative_to(ROOT).as_posix()
         if repo_url:
             return f"[{text}]({repo_url}/blob/main/{relative}{anchor})"
-        return text if text == f"`{relative}`" else f"{text} (`{relative}`)"
+        if text.strip("`") == relative:
+            return f"`{relative}`"
+        return f"{text} (`{relative}`)"
 
     return LINK.sub(replace, markdown)
