@@ -10,11 +10,13 @@ skipped with reason `deadline`.
   time; `guarded(scheduler)` wraps every executor of a scheduler that has not started, so
   that all of its jobs (or the ids in `jobs=`) are guarded under the guard name of their job
   id. The job's `misfire_grace_time` becomes the guard's starting deadline (unless
-  `starting_deadline=` is given): the wrapped executor hands every run time to the guard,
-  which skips one past its deadline (no EVENT_JOB_MISSED is sent for it; the job's event
-  carries the skip result). The interval trigger counts from each replica's start, so its
-  fire times are snapped to the interval from the Unix epoch; cron and date triggers fire at
-  the same instants everywhere already. Coroutine jobs (AsyncIOScheduler) claim on the
+  `starting_deadline=` is given), measured from the run time: the wrapped executor hands
+  every run time to the guard, which skips a call started more than the grace after it (no
+  EVENT_JOB_MISSED is sent for it; the job's event carries the skip result). The interval
+  trigger counts from each replica's start, so its fire times are snapped to the interval
+  from the Unix epoch (a replica whose trigger fires 11 s into a 20 s grid claims the grid
+  tick it fired in, and is not late by those 11 s); cron and date triggers fire at the same
+  instants everywhere already. Coroutine jobs (AsyncIOScheduler) claim on the
   running loop, others in the executor's thread. Process pools are refused (a guard lives in
   one process).
 - APScheduler 4.x: the running job is `apscheduler.current_job`, with its

@@ -8,19 +8,30 @@
    reads it; a single-owner or every-replica job, or an invalid one, is a GuardConfigError
    naming the field); its lock, startingDeadline and suspend apply, and the member Lease of
    the guard's identity in the job's group lists the job's handler (`GuardMembers`).
-3. `TickLock.try_claim` on the guard's Lease after a random part of the stagger: the tick's
-   high-water mark, conditional writes only, lost replies read back, orphans adopted or freed,
-   a `job=` guard's Lease created above the job's token floor (and every claim above the
-   token of the job's last run its status shows). A skip is returned as a value.
-4. Keep the grant alive while the body runs (`keep_alive`), and for a `job=` guard create the
-   Running JobRun of the tick before the body starts (awaited, bounded): AlreadyExists means
-   another replica has the tick (skip `exists`), a create that fails releases the grant (skip
-   `record_failed`; a create whose reply was lost is recorded Missed, taking over our own
-   record if it landed).
+3. A tick at or before the latest one this process saw claimed on the guard's Lease is `taken`
+   (`GuardMarks`: kept when the Lease is deleted). Then `TickLock.try_claim` on the guard's
+   short Lease (`lease_config`) after a random part of the stagger: the tick's high-water
+   mark, conditional writes only, lost replies read back, orphans adopted or freed, the Lease
+   created above the highest token seen on it (and a `job=` guard's above the job's token
+   floor; every claim above the token of the job's last run its status shows), nobody past
+   the start-by time (`start_by`: a plain guard's caller's fire time + its
+   starting_deadline, a `job=` guard's tick + the job's startingDeadline). A skip is
+   returned as a value.
+4. Hold the grant: renewed every third of the short Lease while the body runs (the lock's
+   `KeepAlive`), and the run's fence (`RunFence`: the grant, for at most atMostFor unless
+   kept alive; at atMostFor the grant is released and the body told through `lost`). For a
+   `job=` guard create the Running JobRun of the tick before the body starts (awaited,
+   bounded): AlreadyExists means another replica has the tick (skip `exists`), a create
+   that fails releases the grant (skip `record_failed`; a create whose reply was lost is
+   recorded Missed, taking over our own record if it landed).
+5. The front end checks the start-by time where the body would start (`late`): a body is
+   never started after it; the claim is ended by `missed` instead (its JobRun finished
+   Missed, its grant released, skip `deadline`).
 
-`finish()` stops the keep-alive, counts the run in RUNS, ends its span and tells the run hooks
-(`_guard_observe`), writes the JobRun's outcome (Succeeded, Failed with the error, LostLock
-when the grant was lost or expired first), then releases the grant (atLeastFor honoured).
+`finish()` stops the keep-alive and the atMostFor watch, counts the run in RUNS, ends its
+span and tells the run hooks (`_guard_observe`), writes the JobRun's outcome (Succeeded,
+Failed with the error, LostLock when the grant was lost or expired first), then releases the
+grant (atLeastFor honoured).
 Every skip is counted once in SKIPS (here or by the TickLock) and told to the hooks there.
 Anything unexpected is logged and becomes a skip with reason `error` in `claim()`, or a log
 line in `finish()`: an internal failure never reaches the caller's scheduler; the body's own
@@ -36,12 +47,14 @@ from datetime import datetime
 
 from leasecron._logs import get_logger
 from leasecron._metrics import RUN_DURATION, RUNS, SKIPS, START_LAG
-from leasecron.coordination import Grant, LostLockError, Skipped
+from leasecron.coordination import Grant, LostLockError, Skipped, TickLock
 from leasecron.coordination.floors import highest_token
+from leasecron.coordination.locks import SKIP_EXISTS
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
 from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
+from leasecron.models.decisions import SKIP_DEADLINE, SKIP_TAKEN
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob, SpecError
 from leasecron.runtime import _guard_observe
@@ -56,11 +69,15 @@ from leasecron.runtime._guard_runtime import GuardRuntime
 from leasecron.runtime._guard_settings import (
     GuardConfigError,
     GuardSettings,
+    lease_config,
+    start_by,
     tick_for,
     whole_second,
 )
 from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._records import Recorder, describe_error
+from leasecron.runtime._services import MISSED_LATE
+from leasecron.runtime._shardfences import RunFence
 
 _log = get_logger("leasecron.runtime.guards")
 BUCKET = Bucket.ONCE_PER_TICK.value
@@ -153,39 +170,109 @@ class Engine:
                 return self._skip(tick, REASON_SUSPENDED)
         config = s.lock if job is None else _job_lock(job)
         deadline = s.starting_deadline if job is None else job.spec.starting_deadline
-        assert config is not None
-        # 3. The claim: one conditional write at most.
-        lock = self.runtime.tick_lock(kube, cache, settings=s, config=config, clock=self.clock)
+        assert config is not None and deadline is not None
+        begin_by = start_by(tick=tick, fired=fired, deadline=deadline, job=job is not None)
+        marks = self.runtime.marks(kube, s)
+        if marks.claimed(tick):  # the Lease's mark, remembered across its deletion
+            return self._skip(tick, SKIP_TAKEN, marked=format_tick(marks.tick or tick))
+        # 3. The claim: one conditional write at most, on the guard's short Lease.
+        lease = lease_config(config, s.lease_duration)
+        lock = self.runtime.tick_lock(kube, cache, settings=s, config=lease, clock=self.clock)
         stagger = random.uniform(0.0, s.stagger.total_seconds())
         result = await lock.try_claim(
-            tick, stagger=stagger, starting_deadline=deadline, above=above
+            tick, stagger=stagger, starting_deadline=begin_by - tick, above=above
         )
         if isinstance(result, Skipped):  # counted in SKIPS by the lock
-            skipped = GuardRun(
-                guard=s.name,
-                namespace=s.namespace,
-                tick=tick,
-                reason=result.reason,
-                holder=result.holder,
-                job=s.job,
-            )
-            _guard_observe.skipped(self.hooks, skipped, identity=s.identity)
-            return skipped
-        # 4. Keep it alive; record the run before the body starts.
+            return self._not_claimed(tick, result)
+        # 4. Hold it (renewed, bounded by atMostFor); record the run before the body starts.
         run = GuardRun(guard=s.name, namespace=s.namespace, tick=tick, grant=result, job=s.job)
+        run.start_by = begin_by
+        self._hold(run, lock, config)
+        self.runtime.active.add(run)
         if job is not None:
             failed = await self._start_record(run, result, job)
             if failed is not None:
                 return failed
-        if config.keep_alive:
-            run.keep_alive = lock.keep_alive(result)
-            run.keep_alive.start()
         run.started = self.clock.monotonic()
-        self.runtime.active.add(run)
         START_LAG.labels(s.namespace, s.name, BUCKET).observe(
             max(0.0, (self.clock.now() - tick).total_seconds())
         )
         return run
+
+    def _not_claimed(self, tick: datetime, result: Skipped) -> GuardRun:
+        s = self.settings
+        skipped = GuardRun(
+            guard=s.name,
+            namespace=s.namespace,
+            tick=tick,
+            reason=result.reason,
+            holder=result.holder,
+            job=s.job,
+        )
+        _guard_observe.skipped(self.hooks, skipped, identity=s.identity)
+        return skipped
+
+    def _hold(self, run: GuardRun, lock: TickLock, config: LockConfig) -> None:
+        """Renew the grant every third of the short Lease while the body runs, and give the
+        run its fence: the grant, for at most atMostFor from now unless kept alive (then the
+        grant is released, as a Lease lasting atMostFor would have expired)."""
+        grant = run.grant
+        assert grant is not None
+        run.keep_alive = lock.keep_alive(grant)
+        run.keep_alive.start()
+        bound = None if config.keep_alive else config.at_most_for
+        fence = RunFence(grant, at_most_for=bound, clock=self.clock)
+        run.fence = fence
+        run.watchdog = asyncio.get_running_loop().create_task(
+            self._bounded(run, fence), name=f"guard {run.guard} atMostFor"
+        )
+
+    async def _bounded(self, run: GuardRun, fence: RunFence) -> None:
+        await fence.watch()
+        grant = run.grant
+        if grant is None or not grant.held:
+            return  # lost or released: nothing to end
+        _log.warning(
+            "guarded body still running at its atMostFor; its grant is released",
+            guard=self.settings.name,
+            tick=format_tick(run.tick),
+            token=grant.token,
+        )
+        if run.keep_alive is not None:
+            await run.keep_alive.stop()
+        await grant.release()
+
+    async def _stop_holding(self, run: GuardRun) -> None:
+        """Stop renewing the grant and watching the run's atMostFor."""
+        watchdog, run.watchdog = run.watchdog, None
+        if watchdog is not None:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
+        if run.keep_alive is not None:
+            await run.keep_alive.stop()
+
+    async def _let_go(self, run: GuardRun) -> None:
+        """A held run that does not start: stop holding it and release its grant."""
+        await self._stop_holding(run)
+        self.runtime.active.discard(run)
+        if run.grant is not None:
+            await run.grant.release()
+
+    def late(self, run: GuardRun) -> bool:
+        """Whether a held run's body would start after its start-by time now."""
+        return run.ran and run.start_by is not None and self.clock.now() > run.start_by
+
+    async def missed(self, run: GuardRun) -> GuardRun:
+        """A held run whose body would start after its start-by time: not started, its JobRun
+        (for `job=`) finished Missed, its grant released; the skip (`deadline`)."""
+        try:
+            if run.jobrun is not None:
+                await self._write_outcome(run, Outcome.MISSED, MISSED_LATE)
+            await self._let_go(run)
+        except Exception:
+            _log.exception("ending a late claim failed", guard=self.settings.name, tick=run.tick)
+        start_by = format_tick(run.start_by) if run.start_by is not None else ""
+        return self._skip(run.tick, SKIP_DEADLINE, start_by=start_by)
 
     async def _job(self) -> tuple[ScheduledJob | None, int]:
         """The guard's ScheduledJob from the cache (None: not there) and the highest token
@@ -221,8 +308,8 @@ class Engine:
             run.job_uid = job.uid
             return None
         except AlreadyExists:
-            await grant.release()
-            return self._skip(run.tick, "exists")
+            await self._let_go(run)
+            return self._skip(run.tick, SKIP_EXISTS)
         except (KubeError, TimeoutError) as e:
             if isinstance(e, OutcomeUnknown | TimeoutError):
                 missed = JobRun.for_tick(
@@ -238,7 +325,7 @@ class Engine:
                     message="the run record could not be confirmed, so the body was not run",
                 )
                 recorder.record_later(missed, job_uid=job.uid)
-            await grant.release()
+            await self._let_go(run)
             return self._skip(run.tick, REASON_RECORD_FAILED, error=repr(e))
 
     def _recorder(self) -> Recorder:
@@ -258,20 +345,10 @@ class Engine:
         grant = run.grant
         if grant is None:
             return
-        if run.keep_alive is not None:
-            await run.keep_alive.stop()
+        await self._stop_holding(run)
         s = self.settings
         duration = max(0.0, self.clock.monotonic() - run.started)
-        if not grant.held:
-            detail = f" ({describe_error(error)})" if error is not None else ""
-            outcome = Outcome.LOST_LOCK
-            message = f"the grant was lost while the body ran: {grant.lost_reason}{detail}"
-        elif error is not None and not isinstance(error, LostLockError):
-            outcome, message = Outcome.FAILED, describe_error(error)
-        elif error is not None:
-            outcome, message = Outcome.LOST_LOCK, describe_error(error)
-        else:
-            outcome, message = Outcome.SUCCEEDED, ""
+        outcome, message = _outcome(run, error)
         RUNS.labels(s.namespace, s.name, BUCKET, outcome.value).inc()
         RUN_DURATION.labels(s.namespace, s.name, BUCKET).observe(duration)
         fields = {"guard": s.name, "tick": format_tick(run.tick), "token": grant.token}
@@ -283,12 +360,33 @@ class Engine:
             self.hooks, run, outcome=outcome, message=message, error=error, duration=duration
         )
         if run.jobrun is not None:
-            try:
-                await asyncio.wait_for(
-                    self._recorder().finish(run.jobrun, outcome=outcome, message=message),
-                    RECORD_TIMEOUT,
-                )
-            except TimeoutError:
-                finished = run.jobrun.finish(outcome=outcome, end=self.clock.now(), message=message)
-                self._recorder().record_later(finished, job_uid=run.job_uid)
+            await self._write_outcome(run, outcome, message)
+        if isinstance(run.fence, RunFence):
+            run.fence.close()
         await grant.release()
+
+    async def _write_outcome(self, run: GuardRun, outcome: Outcome, message: str) -> None:
+        """Finish the run's JobRun (written later when it cannot be written now)."""
+        assert run.jobrun is not None
+        try:
+            await asyncio.wait_for(
+                self._recorder().finish(run.jobrun, outcome=outcome, message=message),
+                RECORD_TIMEOUT,
+            )
+        except TimeoutError:
+            finished = run.jobrun.finish(outcome=outcome, end=self.clock.now(), message=message)
+            self._recorder().record_later(finished, job_uid=run.job_uid)
+
+
+def _outcome(run: GuardRun, error: BaseException | None) -> tuple[Outcome, str]:
+    """The outcome of a body that ran under `run`, and its message."""
+    if not run.held:
+        fence = run.fence
+        reason = fence.lost_reason if fence is not None else ""
+        detail = f" ({describe_error(error)})" if error is not None else ""
+        return Outcome.LOST_LOCK, f"the grant was lost while the body ran: {reason}{detail}"
+    if error is not None and not isinstance(error, LostLockError):
+        return Outcome.FAILED, describe_error(error)
+    if error is not None:
+        return Outcome.LOST_LOCK, describe_error(error)
+    return Outcome.SUCCEEDED, ""

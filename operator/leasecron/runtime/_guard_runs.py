@@ -4,20 +4,24 @@ of a guarded function), and `current_run()`.
 A skipped tick is a value, never an exception (ShedLock's `lock() -> Lock | None`): both
 objects are falsy then, and `reason` says why (the SKIPS reasons: `taken`, `live_grant`,
 `deadline`, `conflict`, `exists`, `store_unavailable`, `uncertain`, `suspended`, `no_job`,
-`record_failed`, `error`). A held run carries the grant's fencing token and its `lost` event;
-`assert_held()` checks the grant's local deadline as well as the event (docs/design.md §5).
+`record_failed`, `error`). A held run carries the grant's fencing token and its run's fence
+(`runtime._shardfences.RunFence`: the grant, bounded by `at_most_for` from the start unless
+kept alive), whose `lost` event it shows; `assert_held()` checks the fence's local deadline
+as well as the event (docs/design.md §5).
 
 It does not renew or release anything: the guard's engine does (`_guard_engine`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
 from leasecron.coordination import Grant, KeepAlive, LostEvent, LostLockError
+from leasecron.coordination.grants import Fence
 from leasecron.models.names import format_tick
 from leasecron.models.specs import JobRun
 from leasecron.runtime._tracing import RunSpan
@@ -57,17 +61,25 @@ class GuardRun:
         self.grant = grant
         self.holder = grant.holder if grant is not None else holder
         self.keep_alive: KeepAlive | None = None
+        self.fence: Fence | None = grant
+        self.watchdog: asyncio.Task[None] | None = None
+        self.start_by: datetime | None = None
         self.started = 0.0
         self.jobrun: JobRun | None = None
         self.job_uid: str | None = None
         self.span = RunSpan(None)
-        """Set while the run is held: its keep-alive, start (local monotonic), JobRun, the
-        ScheduledJob's uid (by the engine) and its span (by the guard, when the body starts)."""
-        if grant is not None:
-            self.lost: LostEvent = grant.lost
-        else:
-            self.lost = LostEvent()
-            self.lost.set()
+        """Set while the run is held: its keep-alive, fence and the task that ends it at its
+        atMostFor, its start-by time, start (local
+        monotonic), JobRun, the ScheduledJob's uid (by the engine) and its span (by the guard,
+        when the body starts)."""
+        self._lost_unset = LostEvent()
+        self._lost_unset.set()
+
+    @property
+    def lost(self) -> LostEvent:
+        """Set once the run may no longer act: its grant lost or expired, or its atMostFor
+        reached (always set for a skipped tick)."""
+        return self.fence.lost if self.fence is not None else self._lost_unset
 
     @property
     def ran(self) -> bool:
@@ -83,19 +95,19 @@ class GuardRun:
 
     @property
     def held(self) -> bool:
-        """Whether the grant is still current: not lost, not released, not past its local
-        deadline. False for a skipped tick."""
-        return self.grant is not None and self.grant.held
+        """Whether the run's fence is still current: its grant not lost, released or past its
+        local deadline, and its atMostFor not reached. False for a skipped tick."""
+        return self.fence is not None and self.fence.held
 
     def assert_held(self) -> None:
         """Raise LostLockError unless the grant is still current; call it before a write
         that must not happen twice, and pass `token` where the store can check it."""
-        if self.grant is None:
+        if self.fence is None:
             raise LostLockError(
                 f"guard {self.guard!r}: tick {format_tick(self.tick)} was not claimed "
                 f"({self.reason})"
             )
-        self.grant.assert_held()
+        self.fence.assert_held()
 
     def __repr__(self) -> str:
         state = f"token={self.token}" if self.ran else f"reason={self.reason!r}"

@@ -3,11 +3,13 @@
 Owns, per event loop: the Kube client made from the environment (one, for guards not given a
 client), one watch-fed cache of guard Leases (`coordination.lease_informer` selecting the
 `guard` role) and, for `job=` guards, one ScheduledJob cache, per (client, namespace),
-started lazily on first use; one `TickLock` per guard Lease and identity; one `Recorder` per
-(client, namespace); the member Leases of its job guards (`GuardMembers`, one per client,
-namespace, group and identity, started by a job guard's first use); the claims that are
-held now, so that closing releases them; and the run hooks of the guards that used it, whose
-queued events closing waits for (up to `HOOKS_DRAIN` seconds, like a stopping Scheduler).
+started lazily on first use; one `TickLock` per guard Lease and identity, and one
+`GuardMarks` per guard Lease (fed by the view's watch of it: its token floor and high-water
+mark kept across deletion); one `Recorder` per (client, namespace); the member Leases of its
+job guards (`GuardMembers`, one per client, namespace, group and identity, started by a job
+guard's first use); the claims that are held now, so that closing releases them; and the run
+hooks of the guards that used it, whose queued events closing waits for (up to `HOOKS_DRAIN`
+seconds, like a stopping Scheduler).
 
 Sync callers share one process-wide `BackgroundLoop` and its runtime (`background()`);
 async callers get the runtime of their running loop (`for_running_loop()`). `close_guards()`
@@ -27,7 +29,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from leasecron._logs import get_logger
@@ -41,6 +43,7 @@ from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.names import LABEL_JOB, LABEL_ROLE
 from leasecron.models.specs import job_label_value
+from leasecron.runtime._guard_marks import GuardMarks
 from leasecron.runtime._guard_members import GuardMembers
 from leasecron.runtime._guard_runs import GuardRun
 from leasecron.runtime._guard_settings import GuardSettings
@@ -68,6 +71,8 @@ class GuardRuntime:
         self._jobs: dict[Key, Informer] = {}
         self._starting: dict[tuple[str, Key], asyncio.Lock] = {}
         self._locks: dict[tuple[Any, ...], TickLock] = {}
+        self._marks: dict[tuple[int, str, str], GuardMarks] = {}
+        self._unwatch: list[Callable[[], None]] = []
         self._recorders: dict[Key, Recorder] = {}
         self._members: dict[tuple[int, str, str, str], GuardMembers] = {}
         self.active: set[GuardRun] = set()
@@ -148,6 +153,16 @@ class GuardRuntime:
             self._members[key] = members
         members.advertise(settings.name, handler)
 
+    def marks(self, kube: Kube, settings: GuardSettings) -> GuardMarks:
+        """What this runtime has seen claimed on the guard's Lease (see `GuardMarks`)."""
+        return self._marks.setdefault((id(kube), settings.namespace, settings.lease), GuardMarks())
+
+    def seen(self, kube: Kube, namespace: str, lease: str) -> dict[str, Any] | None:
+        """The guard Lease `lease` as this runtime's cache for `kube` shows it now (None: not
+        there, or no cache yet)."""
+        cache = self._leases.get((id(kube), namespace))
+        return cache.get(namespace, lease) if cache is not None else None
+
     def tick_lock(
         self,
         kube: Kube,
@@ -157,27 +172,30 @@ class GuardRuntime:
         config: LockConfig,
         clock: Clock,
     ) -> TickLock:
-        """The TickLock of the guard's Lease for its identity (one per config: a job's lock
-        settings may change). A `job=` guard's Lease is created above the job's token floor."""
+        """The TickLock of the guard's Lease for its identity (one per Lease config: a job's
+        lock settings may change). The Lease is created above the highest token this runtime
+        saw on it and, for a `job=` guard, above the job's token floor."""
         key = (id(kube), settings.namespace, settings.lease, settings.identity, config)
         lock = self._locks.get(key)
         if lock is not None:
             return lock
         labels = {LABEL_ROLE: ROLE_GUARD}
-        floor: Callable[[], Awaitable[int]] | None = None
-        if settings.job is not None:
-            labels[LABEL_JOB] = job_label_value(settings.job)
-            job, namespace = settings.job, settings.namespace
+        marks = self.marks(kube, settings)
+        job, namespace = settings.job, settings.namespace
+        if job is not None:
+            labels[LABEL_JOB] = job_label_value(job)
 
-            async def floor() -> int:
-                return await token_floor(kube, namespace=namespace, job=job)
+        async def floor() -> int:
+            if job is None:
+                return marks.token
+            return max(marks.token, await token_floor(kube, namespace=namespace, job=job))
 
         lock = TickLock(
             kube,
             cache,
             config=config,
             job=settings.name,
-            namespace=settings.namespace,
+            namespace=namespace,
             name=settings.lease,
             identity=settings.identity,
             clock=clock,
@@ -185,15 +203,33 @@ class GuardRuntime:
             floor=floor,
         )
         self._locks[key] = lock
+        self._follow(lock, marks, clock)
         return lock
+
+    def _follow(self, lock: TickLock, marks: GuardMarks, clock: Clock) -> None:
+        """Feed `marks` from every version of the lock's Lease the view sees (noting one
+        version twice changes nothing)."""
+        view = lock.lease.view
+
+        def changed(obj: dict[str, Any] | None) -> None:
+            marks.note(view.record_of(obj) if obj is not None else None, now=clock.now())
+
+        seen = lock.lease.observe()
+        if seen is not None:
+            marks.note(seen.observation.record, now=clock.now())
+        self._unwatch.append(view.watch(lock.namespace, lock.name, changed))
 
     async def close(self) -> None:
         """Release the held claims, stop the caches, close the clients made here."""
         self.closed = True
         for run in list(self.active):
             self.active.discard(run)
-            if run.grant is not None:
-                with contextlib.suppress(Exception):
+            if run.watchdog is not None:
+                run.watchdog.cancel()
+            with contextlib.suppress(Exception):
+                if run.keep_alive is not None:
+                    await run.keep_alive.stop()
+                if run.grant is not None:
                     await run.grant.release()
         for members in self._members.values():
             await members.stop()
@@ -202,6 +238,9 @@ class GuardRuntime:
             with contextlib.suppress(Exception):
                 await recorder.flush(timeout=2.0)
                 await recorder.close()
+        for unwatch in self._unwatch:
+            unwatch()
+        self._unwatch.clear()
         for lock in self._locks.values():
             await lock.close()
         for cache in [*self._leases.values(), *self._jobs.values()]:

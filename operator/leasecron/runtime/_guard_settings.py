@@ -19,6 +19,15 @@ own start (APScheduler's interval trigger, Celery's `schedule`, a timer loop), a
 different moments on each replica, claim the same tick. For a `job=` guard the schedule is
 the ScheduledJob's, read at claim time. A guard without a schedule takes the fire time as it
 is.
+
+Lateness (`start_by`): a plain guard's call may start its body until its own fire time +
+`starting_deadline` (the time the caller's scheduler meant to call it, not the snapped tick:
+a trigger at another phase than the grid is not late by its phase); a `job=` guard's until
+the tick + the ScheduledJob's startingDeadline, as a Scheduler's run.
+
+The Lease (`lease_config`): a guard claims on a short Lease (`lease_duration`, the engine's
+shard Lease duration by default) renewed while the body runs, so a holder that dies blocks
+the guard that long, not its `at_most_for`; `at_most_for` bounds the run itself.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from leasecron.coordination.shards import DEFAULT_SHARD_LEASE_S
 from leasecron.models.configs import ConfigError, DurationLike, LockConfig, to_timedelta
 from leasecron.models.durations import format_duration
 from leasecron.models.identity import make_identity
@@ -39,6 +49,8 @@ LEASE_PREFIX = "leasecron-guard-"
 DEFAULT_AT_MOST_FOR = timedelta(minutes=15)
 DEFAULT_STARTING_DEADLINE = timedelta(seconds=60)
 DEFAULT_STAGGER = timedelta(milliseconds=200)
+DEFAULT_LEASE_DURATION = timedelta(seconds=DEFAULT_SHARD_LEASE_S)
+"""A guard Lease's leaseDurationSeconds: how long a holder that dies mid-body blocks it."""
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _NAME_LIMIT = 253 - len(LEASE_PREFIX)
 _LOCK_FIELDS = {"atMostFor": "at_most_for", "atLeastFor": "at_least_for"}
@@ -158,6 +170,8 @@ class GuardSettings:
     snap: bool = False
     """Whether a given fire time is snapped onto the schedule by default (see the module
     docstring)."""
+    lease_duration: timedelta = DEFAULT_LEASE_DURATION
+    """The guard Lease's leaseDurationSeconds, renewed every third of it while a body runs."""
 
     @property
     def lease(self) -> str:
@@ -187,9 +201,11 @@ class GuardSettings:
         starting_deadline: DurationLike | None,
         stagger: DurationLike,
         snap: bool = False,
+        lease_duration: DurationLike | None = None,
     ) -> GuardSettings:
         """Check every parameter; GuardConfigError names the first bad one."""
         checked = check_name(name)
+        lease = _lease_duration(lease_duration)
         if not isinstance(snap, bool):
             raise GuardConfigError(f"snap ({snap!r}) must be True or False")
         if tick is not None and not callable(tick):
@@ -206,6 +222,7 @@ class GuardSettings:
                 tick=tick,
                 stagger=spread,
                 snap=snap,
+                lease=lease,
                 given={
                     "every": every,
                     "cron": cron,
@@ -241,6 +258,7 @@ class GuardSettings:
             starting_deadline=deadline,
             stagger=spread,
             snap=snap,
+            lease_duration=lease,
         )
 
     @classmethod
@@ -254,6 +272,7 @@ class GuardSettings:
         tick: TickSource | None,
         stagger: timedelta,
         snap: bool,
+        lease: timedelta,
         given: dict[str, object],
     ) -> GuardSettings:
         if not isinstance(job, str) or not job:
@@ -275,7 +294,35 @@ class GuardSettings:
             starting_deadline=None,
             stagger=stagger,
             snap=snap,
+            lease_duration=lease,
         )
+
+
+def _lease_duration(value: DurationLike | None) -> timedelta:
+    lease = DEFAULT_LEASE_DURATION if value is None else _duration("lease_duration", value)
+    if lease < timedelta(seconds=1) or lease % timedelta(seconds=1):
+        raise GuardConfigError(
+            f"lease_duration ({_show(lease)}) must be a whole number of seconds, at least 1s"
+        )
+    return lease
+
+
+def lease_config(run: LockConfig, lease: timedelta) -> LockConfig:
+    """The LockConfig of the guard's Lease for runs under `run`: the short `lease`, renewed
+    while a body runs, and the run's atLeastFor (a Lease lasting at least that long). The
+    run's own atMostFor and keepAlive bound the run, not the Lease (the engine's fence)."""
+    return LockConfig(
+        at_most_for=max(lease, run.at_least_for), at_least_for=run.at_least_for, keep_alive=True
+    )
+
+
+def start_by(*, tick: datetime, fired: datetime | None, deadline: timedelta, job: bool) -> datetime:
+    """The latest moment a body of `tick` may start (see the module docstring): a plain
+    guard's call is late from its caller's fire time `fired` (when known), a `job=` guard's
+    from the tick, by `deadline`."""
+    if job or fired is None:
+        return tick + deadline
+    return max(tick, fired.astimezone(UTC)) + deadline
 
 
 def whole_second(moment: datetime, *, what: str) -> datetime:

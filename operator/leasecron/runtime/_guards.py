@@ -39,8 +39,15 @@ Promises (the per-tick promises of a once-per-tick ScheduledJob, docs/design.md 
   `time_zone`) / the job's schedule at or before now; whole seconds. With `snap=True` (on
   the guard, or one `claim(snap=True)`) a fire time is moved to the latest tick of that
   schedule at or before it (for a `job=` guard, the ScheduledJob's, read at claim time), so
-  replicas whose triggers count intervals from their own start claim the same tick. Nobody
-  starts tick T after T + `starting_deadline` (`deadline`).
+  replicas whose triggers count intervals from their own start claim the same tick. No body
+  starts after its start-by time (`deadline`): the caller's own fire time +
+  `starting_deadline` (so a trigger at another phase than the grid is not late by its
+  phase), for a `job=` guard the tick + the job's startingDeadline. A tick at or before the
+  latest one the process saw claimed is `taken`, even after the Lease was deleted.
+- **A short Lease**: the guard's Lease lasts `lease_duration` (10 s) and is renewed every
+  third of it while the body runs, so a holder that dies mid-body blocks the guard that long;
+  `at_most_for` bounds the run (with `keep_alive=False` the grant is released at
+  `at_most_for` and the body told through `run.lost`).
 - **Skips are values** (`reason`: taken, live_grant, deadline, conflict, exists,
   store_unavailable, uncertain, suspended, no_job, record_failed, error), logged at debug and
   counted in `leasecron_skips_total`; runs are counted in `leasecron_runs_total`, both with
@@ -102,7 +109,9 @@ class Guard(HookDecorators):
     """A lock for the ticks of one function that something else schedules (see the module
     docstring). Every parameter after `name` is keyword-only and checked here: a
     GuardConfigError names the parameter and the value. `snap`: fire times are snapped onto
-    the schedule by default; `hooks` are told of every run and skip (`RunEvent`)."""
+    the schedule by default; `hooks` are told of every run and skip (`RunEvent`);
+    `lease_duration` (default 10s, the Scheduler's shard Lease): how long a holder that dies
+    mid-body blocks the guard (renewed every third of it while the body runs)."""
 
     def __init__(
         self,
@@ -124,6 +133,7 @@ class Guard(HookDecorators):
         snap: bool = False,
         hooks: Iterable[RunHook] = (),
         clock: Clock = SYSTEM_CLOCK,
+        lease_duration: DurationLike | None = None,
     ) -> None:
         self.settings = GuardSettings.build(
             name,
@@ -140,6 +150,7 @@ class Guard(HookDecorators):
             starting_deadline=starting_deadline,
             stagger=stagger,
             snap=snap,
+            lease_duration=lease_duration,
         )
         self.kube = kube
         self.clock = clock
@@ -199,8 +210,10 @@ class Guard(HookDecorators):
         `finish_sync` (the `claim()` context manager does both, and makes the span current)."""
         fired, now = self._fired(tick), self.clock.now()
         loop, runtime = background()
-        claim = self._engine(runtime).claim(fired=fired, now=now, snap=self._snap(snap))
-        run = loop.run(claim)
+        engine = self._engine(runtime)
+        run = loop.run(engine.claim(fired=fired, now=now, snap=self._snap(snap)))
+        if engine.late(run):  # checked in this thread, where the body would start
+            run = loop.run(engine.missed(run))
         if run:
             _guard_observe.started(self.hooks, run, loop=loop.loop)
         return run
@@ -219,6 +232,8 @@ class Guard(HookDecorators):
         fired, now = self._fired(tick), self.clock.now()
         engine = self._engine(for_running_loop())
         run = await engine.claim(fired=fired, now=now, snap=self._snap(snap))
+        if engine.late(run):
+            run = await engine.missed(run)
         if run:
             _guard_observe.started(self.hooks, run)
         return run
