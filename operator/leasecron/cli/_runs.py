@@ -1,12 +1,14 @@
 """`leasecron run JOB`, `leasecron suspend JOB` and `leasecron resume JOB` (also as
 `kubectl leasecron ...`): a run requested now, and the job's `spec.suspend` switched.
 
-`run` checks what it can before it writes (the job exists, is once-per-tick, is not suspended
-unless `--force`, a live replica of its group registered its handler, the caller may create
-JobRuns), then creates the request: the Pending JobRun of the current second
-(`models.requests`), which a replica picks up and runs exactly once. `--wait` follows it until
-it finishes. Owns the wording of every refusal and the request's creation, which `backfill`
-(`_backfill`) shares; the pickup is the replicas' (`runtime._requests`).
+`run` checks what it can before it writes (the job exists, is once-per-tick, is not
+suspended unless `--force`, a live replica of its group registered its handler with a
+Scheduler, the caller may create JobRuns; a job only `job=` guards run is refused: a guard
+runs when its own scheduler fires it, so nobody would pick a request up), then creates the
+request: the Pending JobRun of the current second (`models.requests`), which a replica picks
+up and runs exactly once. `--wait` follows it until it finishes. Owns the wording of every
+refusal and the request's creation, which `backfill` (`_backfill`) shares; the pickup is the
+replicas' (`runtime._requests`).
 
 What it does not promise: that the replica judged live when the request is made is still
 there to pick it up (a request nobody picks up within startingDeadline ends Missed).
@@ -31,7 +33,13 @@ from leasecron.kube.jobruns import JobRunStore
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.objects import ObjectStore
 from leasecron.models.leases import parse_lease
-from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, format_tick
+from leasecron.models.names import (
+    ANNOTATION_GUARD_HANDLERS,
+    GROUP,
+    SCHEDULEDJOB_PLURAL,
+    VERSION,
+    format_tick,
+)
 from leasecron.models.requests import request_body, request_refusal, request_tick
 from leasecron.models.specs import Outcome, ScheduledJob, SpecError, Trigger
 
@@ -71,16 +79,35 @@ async def read_job(kube: Kube, *, namespace: str, name: str) -> JobOnRecord:
 
 
 def covering_replicas(
-    leases: Sequence[Mapping[str, Any]], *, handler: str, now: datetime
+    leases: Sequence[Mapping[str, Any]], *, handler: str, now: datetime, guards: bool = False
 ) -> list[str]:
     """Holders of the live member Leases (renewed within their duration by this machine's
-    clock, as a person would judge them) that registered `handler`, sorted."""
+    clock, as a person would judge them) that registered `handler` with a Scheduler (with
+    `guards`: that run it only through `job=` guards), sorted."""
     live = []
     for obj in leases:
         holder = live_holder(parse_lease(obj), now)
-        if holder and handler in advertised_handlers(obj):
+        guarded = handler in advertised_handlers(obj, annotation=ANNOTATION_GUARD_HANDLERS)
+        if holder and handler in advertised_handlers(obj) and guarded == guards:
             live.append(holder)
     return sorted(live)
+
+
+def nobody_picks_up(job: ScheduledJob, *, namespace: str, guards: Sequence[str]) -> Refused:
+    """The refusal of a job no live Scheduler replica runs; `guards`: the replicas that run
+    it through `job=` guards only."""
+    group, handler = job.spec.group, job.handler_name
+    if guards:
+        return Refused(
+            f"{job.name} is run only by job= guards ({', '.join(guards)}): a guard runs a tick "
+            f"when its own scheduler fires it and never picks up a requested run, so nobody "
+            f"would run this request; register handler {handler} with a Scheduler of group "
+            f"{group} to run {job.name} on request"
+        )
+    return Refused(
+        f"no live replica of group {group} in namespace {namespace} has registered handler "
+        f"{handler}, so nobody would run {job.name}"
+    )
 
 
 async def requester(kube: Kube, target: Target) -> str:
@@ -160,12 +187,11 @@ async def check_runnable(
     leases = await LeaseStore(kube).list(
         namespace=namespace, label_selector=member_selector(job.spec.group)
     )
-    replicas = covering_replicas(leases, handler=job.handler_name, now=datetime.now(UTC))
+    now = datetime.now(UTC)
+    replicas = covering_replicas(leases, handler=job.handler_name, now=now)
     if not replicas:
-        raise Refused(
-            f"no live replica of group {job.spec.group} in namespace {namespace} has "
-            f"registered handler {job.handler_name}, so nobody would run {job.name}"
-        )
+        guards = covering_replicas(leases, handler=job.handler_name, now=now, guards=True)
+        raise nobody_picks_up(job, namespace=namespace, guards=guards)
     if not await may(kube, namespace=namespace, verb="create", resource="jobruns", group=GROUP):
         raise forbidden(user, verb="create", resource="jobruns.leasecron.dev", namespace=namespace)
     return replicas

@@ -38,6 +38,7 @@ from leasecron.models.clocks import Clock
 from leasecron.models.decisions import Observation, grant_live
 from leasecron.models.leases import LeaseRecord, lease_annotations, lease_body, parse_lease
 from leasecron.models.names import (
+    ANNOTATION_GUARD_HANDLERS,
     ANNOTATION_HANDLERS,
     ANNOTATION_INCARNATION,
     LABEL_GROUP,
@@ -85,21 +86,27 @@ def member_body(
     handlers: Sequence[str],
     base: dict[str, Any] | None = None,
     incarnation: str = "",
+    guarded: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The member Lease for `record`, labelled and annotated with the handler names and the
-    writing process's incarnation."""
+    """The member Lease for `record`, labelled and annotated with the handler names, those of
+    them only its guests (job guards, which run a job only when their own scheduler fires
+    it) advertise, and the writing process's incarnation."""
     labels = {LABEL_GROUP: group, LABEL_ROLE: ROLE_MEMBER, LABEL_MANAGED_BY: MANAGED_BY}
     body = lease_body(record, base=base, labels=labels)
     annotations = body["metadata"].setdefault("annotations", {})
     annotations[ANNOTATION_HANDLERS] = json.dumps(sorted(handlers), separators=(",", ":"))
+    annotations.pop(ANNOTATION_GUARD_HANDLERS, None)
+    if guarded:
+        annotations[ANNOTATION_GUARD_HANDLERS] = json.dumps(sorted(guarded), separators=(",", ":"))
     if incarnation:
         annotations[ANNOTATION_INCARNATION] = incarnation
     return body
 
 
-def advertised_handlers(obj: object) -> frozenset[str]:
-    """The handler names a raw member Lease advertises; empty when absent or unreadable."""
-    raw = lease_annotations(obj).get(ANNOTATION_HANDLERS)
+def advertised_handlers(obj: object, *, annotation: str = ANNOTATION_HANDLERS) -> frozenset[str]:
+    """The handler names a raw member Lease advertises (with `ANNOTATION_GUARD_HANDLERS`:
+    those only its job guards run); empty when absent or unreadable."""
+    raw = lease_annotations(obj).get(annotation)
     if not isinstance(raw, str):
         return frozenset()
     try:
@@ -206,12 +213,15 @@ class MemberLease:
             self._current = None  # the host holds the version; we start afresh after it
         return self.hosted
 
-    def _all_handlers(self) -> list[str]:
-        names = set(self._handlers())
+    def _all_handlers(self) -> tuple[list[str], list[str]]:
+        """Every handler of the Lease, and those only guests advertise."""
+        own = set(self._handlers())
+        guests: set[str] = set()
         with _shared:
             for handlers, _ in _guests.get(self._key, {}).values():
-                names |= handlers
-        return sorted(names)
+                guests |= handlers
+        only_guests = guests | own if self.guest else guests - own
+        return sorted(own | guests), sorted(only_guests)
 
     def _wrote(self) -> None:
         """A Lease that is not a guest's keeps the name from a guest (not from another
@@ -240,10 +250,12 @@ class MemberLease:
         for _ in range(_WRITES):
             if self.guest and self._hosted():
                 return
+            handlers, guarded = self._all_handlers()
             body = member_body(
                 record=self._record(),
                 group=self.group,
-                handlers=self._all_handlers(),
+                handlers=handlers,
+                guarded=guarded,
                 base=self._current,
                 incarnation=self.incarnation,
             )
