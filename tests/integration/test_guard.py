@@ -2,7 +2,10 @@
 coroutines on one loop, separate processes) fire the same ticks and exactly one body runs per
 tick with rising tokens; a late trigger, a takeover, an unreachable store and a failing body;
 and with `job=`, JobRuns the operator reads (no alarm for a tick a guard ran, one for a tick
-nobody ran), a token floor and the refusal of a single-owner job."""
+nobody ran), a token floor and the refusal of a single-owner job. A holder cut off mid-body
+blocks the guard for its short Lease, not its at_most_for, and at_most_for still ends a run
+that is not kept alive; a deleted Lease neither runs a claimed tick again nor hands out a
+lower token; a job guard's body never starts after its tick's start-by."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, CoordinationV1Api
 from lease_helpers import lease_obj, take_over
 from operator_helpers import StartOperator, apply_job, job_condition, jobruns, poll
 
@@ -32,6 +35,7 @@ from leasecron.runtime import (
     current_run,
     guard,
 )
+from leasecron.runtime._guard_runtime import background
 from leasecron.testing import ChildProcess
 from leasecron.testing.faults import Fault, fault_plan
 
@@ -259,6 +263,110 @@ def test_a_guard_that_knows_no_tick_says_how_to_give_one(kubes: list[Kube], name
         g.claim_sync()
 
 
+def ran_once(g: Guard) -> bool:
+    """Whether `g` claimed (and ran) the current tick of its schedule."""
+    with g.claim() as run:
+        return run.ran
+
+
+def test_a_holder_cut_off_mid_body_blocks_the_guard_for_its_short_lease_not_its_at_most_for(
+    kubes: list[Kube], namespace: str
+) -> None:
+    cut_off, standby = (
+        Guard(
+            "send-reminders",
+            every="1s",
+            namespace=namespace,
+            kube=kubes[i],
+            identity=f"r{i}",
+            at_most_for="5m",
+            lease_duration="2s",
+        )
+        for i in range(2)
+    )
+    holding, done = threading.Event(), threading.Event()
+
+    def hang() -> None:
+        with cut_off.claim() as run:
+            assert run
+            holding.set()
+            done.wait(30)  # a body that hangs while its replica is cut off from the store
+
+    body = threading.Thread(target=hang)
+    body.start()
+    try:
+        assert holding.wait(10)
+        with fault_plan(kubes[0]).injected(Fault(action="fail")):  # no renewal gets through
+            poll(lambda: ran_once(standby), timeout=20, what="a tick run by the standby")
+    finally:
+        done.set()
+        body.join(10)
+
+
+def test_a_body_not_kept_alive_is_told_at_its_at_most_for_and_its_grant_released(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    g = Guard(
+        "send-reminders",
+        every="1s",
+        namespace=namespace,
+        kube=kubes[0],
+        identity="solo",
+        at_most_for="2s",
+        keep_alive=False,
+        lease_duration="1s",
+    )
+    with g.claim() as run:
+        assert run and run.lost.wait(10)
+        assert not run.held
+        free = poll(
+            lambda: lease_obj(kube_api, namespace, LEASE)["spec"].get("holderIdentity") == "",
+            timeout=10,
+            what="the grant released at atMostFor while the body still runs",
+        )
+        assert free
+
+
+def seen_by(kube: Kube, namespace: str) -> dict[str, Any] | None:
+    """The guard Lease as the sync guards' cache for `kube` shows it."""
+    return background()[1].seen(kube, namespace, LEASE)
+
+
+def test_a_deleted_guard_lease_neither_runs_a_claimed_tick_again_nor_hands_out_a_lower_token(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    earlier, tick, later = recent_ticks(3)
+    a, b = (
+        Guard("send-reminders", namespace=namespace, kube=kubes[i], identity=f"r{i}", stagger=0)
+        for i in range(2)
+    )
+    with b.claim(tick=earlier) as first:
+        assert first
+    with a.claim(tick=tick) as run:
+        assert run and run.token is not None
+    mark = tick.strftime("%Y-%m-%dT%H:%M:%SZ")
+    poll(
+        lambda: (
+            (seen_by(kubes[1], namespace) or {})["metadata"]["annotations"].get(
+                "leasecron.dev/tick"
+            )
+            == mark
+        ),
+        timeout=10,
+        what="the other replica seeing the tick claimed",
+    )
+    CoordinationV1Api(kube_api).delete_namespaced_lease(LEASE, namespace)
+    poll(
+        lambda: seen_by(kubes[1], namespace) is None,
+        timeout=10,
+        what="the other replica seeing the Lease deleted",
+    )
+    with b.claim(tick=tick) as again:
+        assert (again.ran, again.reason) == (False, "taken")
+    with b.claim(tick=later) as nxt:
+        assert nxt and nxt.token is not None and nxt.token > run.token
+
+
 # --- separate processes -------------------------------------------------------------------
 
 
@@ -362,6 +470,25 @@ def test_a_failing_body_is_recorded_failed_with_its_error(
     record = run_record(kube_api, namespace, "report", tick)
     assert record["status"]["outcome"] == "Failed"
     assert record["status"]["message"] == "ValueError: disk full"
+
+
+def test_a_job_guards_body_never_starts_after_its_ticks_start_by_and_the_run_is_recorded_missed(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    apply_job(kube_api, namespace, "report", schedule="@every 1s", startingDeadline="3s")
+    g = Guard("report", job="report", namespace=namespace, kube=kubes[0], identity="solo")
+    with g.claim(tick=recent_ticks(10)[0]) as warm:  # the caches started; past its deadline
+        assert (warm.ran, warm.reason) == (False, "deadline")
+    tick = datetime.now(UTC).replace(microsecond=0)  # its start-by is 2-3 s from now
+    slow = Fault(action="delay", verb="create", resource="jobruns", seconds=3.5)
+    bodies = []
+    with fault_plan(kubes[0]).injected(slow), g.claim(tick=tick) as run:
+        if run:
+            bodies.append(run.tick)
+    assert (run.ran, run.reason, bodies) == (False, "deadline", [])
+    record = run_record(kube_api, namespace, "report", tick)
+    assert record["status"]["outcome"] == "Missed"
+    assert "startingDeadline" in record["status"]["message"]
 
 
 def test_a_job_guard_on_a_single_owner_job_is_refused_naming_spec_bucket(

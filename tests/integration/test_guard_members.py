@@ -3,20 +3,24 @@ that only guards run is `Ready` with one replica per guarding identity while the
 not `Ready` once they close, and `status.holder` is a guard run's holder while it holds its
 grant; a Scheduler and job guards of one group and identity in one
 process keep one member Lease with both their handlers, without counting an identity
-conflict, and the guards keep it after the Scheduler stops."""
+conflict, and the guards keep it after the Scheduler stops; `leasecron run` refuses a job only
+guards run (nobody would pick the request up), naming the job and why."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from kubernetes import client
 from kubernetes.client import ApiClient
-from operator_helpers import StartOperator, apply_job, get_job, job_condition, poll
+from operator_helpers import StartOperator, apply_job, get_job, job_condition, jobruns, poll
 from prometheus_client import REGISTRY
 
 from leasecron import Scheduler
+from leasecron.cli import main
 from leasecron.kube.clients import Kube
 from leasecron.models.names import member_lease_name
 from leasecron.runtime import Guard, Tuning, close_guards
@@ -140,3 +144,23 @@ def test_a_scheduler_and_job_guards_of_one_identity_share_one_member_lease(
     )
     close_guards()
     assert member(kube_api, namespace, "pod") is None
+
+
+def test_leasecron_run_refuses_a_job_only_guards_run_naming_the_job_and_why(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str, kubeconfig: Path
+) -> None:
+    apply_job(kube_api, namespace, JOB, group=GROUP, startingDeadline="30s")
+    with Guard("nightly", job=JOB, namespace=namespace, kube=kubes[0], identity="r0").claim():
+        pass
+    poll(
+        lambda: handlers(member(kube_api, namespace, "r0")) == {JOB},
+        timeout=20,
+        what="the guard's member Lease listing the job's handler",
+    )
+    options = ["run", JOB, "--kubeconfig", str(kubeconfig), "-n", namespace]
+    result = CliRunner().invoke(main, options)
+    assert result.exit_code == 1, result.output
+    assert f"{JOB} is run only by job= guards (r0)" in result.output
+    assert "never picks up a requested run" in result.output
+    runs = jobruns(kube_api, namespace)
+    assert not [r for r in runs if r["spec"].get("trigger") == "Manual"], runs

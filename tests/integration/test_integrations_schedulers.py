@@ -6,9 +6,11 @@ with the ticks.
 
 The replicas are the scripts in `_scheduler_replicas/`; with `LEASECRON_TEST_UNGUARDED=1`
 in their environment they run the job's body without the guard, and these tests fail.
-In this process: a late APScheduler 3.x run claims the tick it was scheduled for, one past
-its misfire grace is skipped (`deadline`), and `loops.run_every` on two replicas (threads with
-their own identities) runs each tick it wakes for once."""
+In this process: APScheduler 3.x interval triggers started at other phases than the grid
+(each more than its misfire grace off it) run every grid tick once, a late APScheduler 3.x
+run claims the tick it was scheduled for, one past its misfire grace is skipped
+(`deadline`), and `loops.run_every` on two replicas (threads with their own identities) runs
+each tick it wakes for once."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import asyncio
 import fcntl
 import functools
 import hashlib
+import itertools
 import os
 import queue
 import shutil
@@ -33,6 +36,7 @@ import pytest
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.background import BackgroundScheduler
+from kubernetes.client import ApiClient
 
 from leasecron.integrations.apscheduler import guard_job, guarded
 from leasecron.integrations.loops import run_every
@@ -271,6 +275,67 @@ def test_an_apscheduler3_run_past_its_misfire_grace_is_skipped_with_reason_deadl
     assert event.code == EVENT_JOB_EXECUTED, event
     assert not event.retval.ran
     assert event.retval.reason == "deadline"
+
+
+PHASES = (1.2, 1.5, 1.8)
+"""Seconds past a 2 s grid point each replica's interval trigger starts: each beyond the
+default misfire grace (1 s) of the tick its fire times snap to."""
+
+
+def test_apscheduler3_interval_triggers_at_other_phases_than_the_grid_run_each_grid_tick_once(
+    kube_api: ApiClient, namespace: str, leasecron_crds: list[str], release_guards: None
+) -> None:
+    now = datetime.now(UTC)
+    grid = now.replace(microsecond=0) - timedelta(seconds=now.second % 2) + timedelta(seconds=4)
+    calls: list[tuple[str, Any]] = []
+    seen = threading.Condition()
+    schedulers = []
+    for index, phase in enumerate(PHASES):
+        identity = f"aps-{index}"
+
+        def report() -> datetime:
+            return current_run().tick
+
+        def on_event(event: Any, identity: str = identity) -> None:
+            with seen:
+                calls.append(
+                    (identity, event.retval if event.code == EVENT_JOB_EXECUTED else event)
+                )
+                seen.notify_all()
+
+        scheduler = BackgroundScheduler(timezone="UTC")
+        kube = Kube(kube_api, max_workers=4)
+        guarded(scheduler, namespace=namespace, kube=kube, identity=identity)
+        scheduler.add_listener(on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        start = grid + timedelta(seconds=phase)
+        scheduler.add_job(report, "interval", seconds=2, start_date=start, id="report")
+        schedulers.append(scheduler)
+    for scheduler in schedulers:
+        scheduler.start()
+
+    def ticks_run() -> set[datetime]:
+        return {result.tick for _, result in calls if getattr(result, "ran", False)}
+
+    try:
+        with seen:
+            assert seen.wait_for(lambda: len(ticks_run()) >= 3, timeout=20), calls
+    finally:
+        for scheduler in schedulers:
+            scheduler.shutdown(wait=True)
+    by_tick: dict[datetime, list[Any]] = {}
+    for _, result in calls:
+        assert getattr(result, "tick", None) is not None, calls  # no job error
+        by_tick.setdefault(result.tick, []).append(result)
+    ran_ticks = sorted(ticks_run())
+    gaps = [b - a for a, b in itertools.pairwise(ran_ticks)]
+    assert set(gaps) == {timedelta(seconds=2)}, ran_ticks  # every grid tick in between ran
+    complete = [t for t, results in by_tick.items() if len(results) == len(PHASES)]
+    assert len(complete) >= 2, by_tick
+    for tick in complete:
+        assert tick.second % 2 == 0, tick
+        ran = [r for r in by_tick[tick] if r.ran]
+        assert len(ran) == 1 and ran[0].value == tick, by_tick[tick]
+        assert {r.reason for r in by_tick[tick] if not r.ran} <= {"taken", "live_grant"}, by_tick
 
 
 def test_run_every_loops_on_two_replicas_claim_each_tick_they_wake_for_once(
