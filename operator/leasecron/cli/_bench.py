@@ -1,5 +1,5 @@
-"""`leasecron bench handover|failover|ticks|guards|requests|cronjob|operator|chaos`: DESIGN.md
-section 8.
+"""`leasecron bench handover|failover|ticks|guards|requests|cronjob|operator|fencing|chaos`:
+DESIGN.md section 8.
 
 Thin click wiring over `leasecron.bench`; each command runs against the cluster of
 $KUBECONFIG, or starts a throwaway local control plane when it is unset. Progress goes to
@@ -258,6 +258,37 @@ def operator_bench(jobs: int, json_output: bool) -> None:
         run_operator_bench,
         jobs=jobs,
         kubeconfig=os.environ.get("KUBECONFIG"),
+        json_output=json_output,
+    )
+
+
+@bench.command("fencing")
+@click.option("--writes", default=2000, show_default=True, help="Upserts per method and round.")
+@click.option("--rounds", default=5, show_default=True, help="Rounds (the median is shown).")
+@click.option(
+    "--url",
+    envvar="LEASECRON_BENCH_POSTGRES_URL",
+    default=None,
+    help="A PostgreSQL SQLAlchemy URL (postgresql+psycopg://...); default: a throwaway server.",
+)
+@click.option(
+    "--durable/--no-durable",
+    default=True,
+    show_default=True,
+    help="The throwaway server's fsync (on: every commit reaches the disk).",
+)
+@_json
+def fencing(writes: int, rounds: int, url: str | None, durable: bool, json_output: bool) -> None:
+    """Fenced upserts (leasecron.fencing) against plain upserts on the same PostgreSQL,
+    through SQLAlchemy and psycopg: writes per second, the price of the token check."""
+    from leasecron.bench._fencing import run_fencing_bench
+
+    _run(
+        run_fencing_bench,
+        writes=writes,
+        rounds=rounds,
+        url=url,
+        durable=durable,
         json_output=json_output,
     )
 

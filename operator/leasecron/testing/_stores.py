@@ -121,8 +121,9 @@ class RedisDatabase:
 
 
 @contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
-    """Start a PostgreSQL server for the duration of the block."""
+def postgres_server(*, options: str = PG_OPTIONS) -> Iterator[PostgresServer]:
+    """Start a PostgreSQL server for the duration of the block; `options` are passed to
+    `postgres` (the default turns fsync off: tests need no durability; "" keeps it)."""
     pg_ctl = _pg_ctl()
     _require("pytest_postgresql", "pytest-postgresql")
     from pytest_postgresql.executors.proc import PostgreSQLExecutor
@@ -140,7 +141,7 @@ def postgres_server() -> Iterator[PostgresServer]:
             startparams="-w",
             dbname="leasecron",
             user=PG_USER,
-            postgres_options=PG_OPTIONS,
+            postgres_options=options,
         )
         with executor:
             yield PostgresServer(host=HOST, port=int(executor.port), user=PG_USER)
