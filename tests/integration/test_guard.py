@@ -477,8 +477,12 @@ def test_a_job_guards_body_never_starts_after_its_ticks_start_by_and_the_run_is_
 ) -> None:
     apply_job(kube_api, namespace, "report", schedule="@every 1s", startingDeadline="3s")
     g = Guard("report", job="report", namespace=namespace, kube=kubes[0], identity="solo")
-    with g.claim(tick=recent_ticks(10)[0]) as warm:  # the caches started; past its deadline
-        assert (warm.ran, warm.reason) == (False, "deadline")
+
+    def warmed_up() -> bool:  # caches started, the store answering; the tick past its deadline
+        with g.claim(tick=recent_ticks(10)[0]) as warm:
+            return (warm.ran, warm.reason) == (False, "deadline")
+
+    poll(warmed_up, timeout=20, what="a claim that reached the store")
     tick = datetime.now(UTC).replace(microsecond=0)  # its start-by is 2-3 s from now
     slow = Fault(action="delay", verb="create", resource="jobruns", seconds=3.5)
     bodies = []

@@ -149,7 +149,7 @@ def test_a_scheduler_and_job_guards_of_one_identity_share_one_member_lease(
 def test_leasecron_run_refuses_a_job_only_guards_run_naming_the_job_and_why(
     kube_api: ApiClient, kubes: list[Kube], namespace: str, kubeconfig: Path
 ) -> None:
-    apply_job(kube_api, namespace, JOB, group=GROUP, startingDeadline="30s")
+    apply_job(kube_api, namespace, JOB, group=GROUP, schedule="@every 1h", startingDeadline="30s")
     with Guard("nightly", job=JOB, namespace=namespace, kube=kubes[0], identity="r0").claim():
         pass
     poll(
