@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leasecron.bench._chaos_faults import KINDS, Driver, FaultRecord
 from leasecron.bench._chaos_figures import (
@@ -54,6 +54,9 @@ from leasecron.models.names import (
     job_lease_name,
 )
 from leasecron.testing import ControlPlane, Toxiproxy, apply_leasecron_crds
+
+if TYPE_CHECKING:
+    from leasecron.bench._chaos_store import PostgresEffects
 
 CHAOS_GROUP = "chaos"
 ONCE_PER_TICK = ("send-invoices", "send-reminders")
@@ -187,9 +190,27 @@ def _world(workdir: Path) -> Iterator[tuple[ControlPlane, Toxiproxy, LedgerServe
         with plane.api_client() as api:
             apply_leasecron_crds(api)
         toxiproxy = stack.enter_context(Toxiproxy())
-        ledger = LedgerServer(log_path=workdir / "effects.jsonl").start()
+        store = _effects_store(stack)
+        ledger = LedgerServer(log_path=workdir / "effects.jsonl", store=store).start()
         stack.callback(ledger.stop)
         yield plane, toxiproxy, ledger
+
+
+def _effects_store(stack: contextlib.ExitStack) -> PostgresEffects | None:
+    """A throwaway PostgreSQL for the effects (`_chaos_store`), or None (the fence in
+    memory) where PostgreSQL or its Python packages are not installed."""
+    try:
+        from leasecron.bench._chaos_store import PostgresEffects
+        from leasecron.testing._stores import StoreMissingError, postgres_server
+
+        server = stack.enter_context(postgres_server())
+    except (ImportError, StoreMissingError) as e:
+        progress(f"effects fenced in memory, not in PostgreSQL: {e}")
+        return None
+    store = PostgresEffects(server.database("postgres").url).create()
+    stack.callback(store.close)
+    progress(f"effects fenced in PostgreSQL on {server.host}:{server.port}")
+    return store
 
 
 def run_chaos(
@@ -324,10 +345,12 @@ def _collect(
         str(j["metadata"]["name"]): int((j.get("status") or {}).get("missedRuns") or 0)
         for j in jobs
     }
+    store = ledger.ledger.store
     return {
         "seed": seed,
         "window": {"start": round(began, 3), "end": round(until, 3)},
         **figures,
+        "duplicate_effects_in_store": store.duplicate_effects() if store is not None else None,
         "missed_runs_status": missed_counts,
         "single_owner": single_owner_figures(effects, job=SINGLE_OWNER),
         "takeover_s": takeovers(

@@ -7,6 +7,8 @@ Definitions (per once-per-tick job, over the ticks due inside the measured windo
 - a tick **run more than once** had two or more attempts; it was **refused by the fence** when
   at most one of them was accepted;
 - a **duplicate effect** is every accepted effect of a tick beyond its first (target 0);
+  `duplicate_effects_without_fencing` counts every attempt beyond the first instead: what the
+  same run would have written had the store not checked the token;
 - a tick **never run** has no accepted effect. For each the JobRuns say whether it was alarmed:
   `Missed` (the operator's MissedRun), or recorded with a failed outcome (`Abandoned`,
   `LostLock`, `Failed`: the run started and its replica died, stalled or was refused), or
@@ -95,6 +97,7 @@ def tick_figures(
         "ticks_run_more_than_once": len(more_than_once),
         "of_those_refused_by_fence": sum(1 for key in more_than_once if accepted[key] <= 1),
         "duplicate_effects": sum(max(0, accepted[key] - 1) for key in wanted),
+        "duplicate_effects_without_fencing": sum(max(0, attempts[key] - 1) for key in wanted),
         "ticks_never_run": len(never),
         "never_run_alarmed_missed": len(missed),
         "of_those_missed_by_operator": sum(1 for key in missed if key in by_operator),

@@ -2,7 +2,10 @@
 effect goes through, and the record the figures are computed from.
 
 It stands in for a job's own database with *fencing only*: it keeps the highest fencing token
-seen per job and refuses a write with a lower one (or with none), and it does **not** dedupe by
+seen per job and refuses a write with a lower one (or with none); with a PostgreSQL store
+(`_chaos_store`, what `leasecron bench chaos` uses when PostgreSQL is installed) that check and
+the effect's row are `leasecron.fencing.hold_fence` and an insert in one transaction. It does
+**not** dedupe by
 natural key, so a tick whose effect it accepted twice is a duplicate effect that fencing did not
 stop (the soak's target is 0). Every attempt is kept, accepted or refused, with job, tick,
 token, replica and the bench's wall time.
@@ -31,7 +34,10 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leasecron.bench._chaos_store import PostgresEffects
 
 PRICES = {"acme": 4900, "globex": 1900, "initech": 0}
 WRITTEN, DUPLICATE, STALE = "written", "duplicate", "stale"
@@ -52,9 +58,14 @@ class Effect:
 
 
 class FencedLedger:
-    """The ledger's state; thread-safe. Usable without HTTP (unit tests)."""
+    """The ledger's state; thread-safe. Usable without HTTP (unit tests). With `store`, the
+    store's fence decides (PostgreSQL through leasecron.fencing, `_chaos_store`) and the
+    accepted effects land there too; without, a fence kept in memory does."""
 
-    def __init__(self, *, log_path: Path | None = None) -> None:
+    def __init__(
+        self, *, log_path: Path | None = None, store: PostgresEffects | None = None
+    ) -> None:
+        self.store = store
         self._lock = threading.Lock()
         self._fences: dict[str, int] = {}
         self._written: set[tuple[str, str]] = set()
@@ -67,8 +78,13 @@ class FencedLedger:
             self._log.close()
             self._log = None
 
-    def _fenced(self, job: str, token: int | None) -> bool:
-        """True (and the fence raised) when `token` is at least the highest seen for `job`."""
+    def _fenced(
+        self, job: str, token: int | None, *, kind: str = "", tick: str = "", replica: str = ""
+    ) -> bool:
+        """True (and the fence raised) when `token` is at least the highest seen for `job`;
+        with a store, when the store accepted the effect."""
+        if self.store is not None:
+            return self.store.write(kind=kind, job=job, tick=tick, token=token, replica=replica)
         if token is None or token < self._fences.get(job, -1):
             return False
         self._fences[job] = token
@@ -82,7 +98,7 @@ class FencedLedger:
 
     def invoice(self, *, job: str, tick: str, token: int | None, replica: str) -> str:
         with self._lock:
-            if not self._fenced(job, token):
+            if not self._fenced(job, token, kind="invoice", tick=tick, replica=replica):
                 outcome = STALE
             elif (job, tick) in self._written:
                 outcome = DUPLICATE
@@ -107,7 +123,7 @@ class FencedLedger:
     def term(self, *, kind: str, job: str, token: int, replica: str) -> tuple[bool, str | None]:
         """`begin` or `take` for a single-owner term: (accepted, the mail taken if any)."""
         with self._lock:
-            accepted = self._fenced(job, token)
+            accepted = self._fenced(job, token, kind=f"term-{kind}", replica=replica)
             mail = self._mails.popleft() if accepted and kind == "take" and self._mails else None
             if kind == "begin" or mail is not None or not accepted:
                 self._record(
@@ -183,8 +199,10 @@ class _Server(ThreadingHTTPServer):
 class LedgerServer:
     """The ledger on a free 127.0.0.1 port, served by daemon threads until `stop()`."""
 
-    def __init__(self, *, log_path: Path | None = None) -> None:
-        self.ledger = FencedLedger(log_path=log_path)
+    def __init__(
+        self, *, log_path: Path | None = None, store: PostgresEffects | None = None
+    ) -> None:
+        self.ledger = FencedLedger(log_path=log_path, store=store)
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.ledger = self.ledger
         self._thread = threading.Thread(

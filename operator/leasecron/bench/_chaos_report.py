@@ -27,6 +27,16 @@ def render(figures: dict[str, Any]) -> str:
             "",
         ),
         ("duplicate effects after fencing", show(figures["duplicate_effects"]), "0"),
+        (
+            "  in the store (PostgreSQL, leasecron.fencing)",
+            show(figures.get("duplicate_effects_in_store")),
+            "0",
+        ),
+        (
+            "duplicate effects with fencing off",
+            show(figures["duplicate_effects_without_fencing"]),
+            "",
+        ),
         ("ticks never run (no accepted effect)", show(never), ""),
         ("  alarmed: Missed JobRun", show(figures["never_run_alarmed_missed"]), ""),
         (

@@ -36,6 +36,10 @@ _COLUMNS: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, dict[str,
     weakref.WeakKeyDictionary()
 )
 
+_STATEMENTS: weakref.WeakKeyDictionary[
+    psycopg.Connection[Any], dict[tuple[str, tuple[str, ...], tuple[str, ...], str], str]
+] = weakref.WeakKeyDictionary()
+
 _CLAIM = sql.SQL(
     "INSERT INTO {runs} (namespace, job, period, token, holder) VALUES (%s, %s, %s, %s, %s) "
     "ON CONFLICT (namespace, job, period) DO NOTHING RETURNING period"
@@ -79,25 +83,10 @@ def pg_fenced_upsert(
     ref = run_ref(run)
     token = ref.fenced("pg_fenced_upsert")
     _check_columns(conn, table, key=key, values=values, token_column=token_column)
-    name = sql.Identifier(*table.split("."))
-    tok = sql.Identifier(token_column)
-    columns = [*key, *values, token_column]
-    updates = [
-        sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in (*values, token_column)
-    ]
-    stmt = sql.SQL(
-        "INSERT INTO {table} AS t ({columns}) VALUES ({params}) ON CONFLICT ({key}) "
-        "DO UPDATE SET {updates} WHERE t.{tok} <= EXCLUDED.{tok} RETURNING t.{tok}"
-    ).format(
-        table=name,
-        columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
-        params=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
-        key=sql.SQL(", ").join(map(sql.Identifier, key)),
-        updates=sql.SQL(", ").join(updates),
-        tok=tok,
-    )
+    stmt = _upsert_sql(conn, table, tuple(key), tuple(values), token_column)
     if conn.execute(stmt, [*key.values(), *values.values(), token]).fetchone() is not None:
         return applied(Check.UPSERT, token)
+    name, tok = sql.Identifier(*table.split(".")), sql.Identifier(token_column)
     where = sql.SQL(" AND ").join(sql.SQL("{c} = %s").format(c=sql.Identifier(c)) for c in key)
     current = conn.execute(
         sql.SQL("SELECT {tok} FROM {table} WHERE {where}").format(tok=tok, table=name, where=where),
@@ -117,6 +106,42 @@ def pg_hold_fence(conn: psycopg.Connection[Any], name: str, *, run: RunLike) -> 
         return applied(Check.FENCE, token)
     current = conn.execute(_FENCE_TOKEN, (name,)).fetchone()
     return refused(STORE, ref, Check.FENCE, current[0] if current else None)
+
+
+def _upsert_sql(
+    conn: psycopg.Connection[Any],
+    table: str,
+    key: tuple[str, ...],
+    values: tuple[str, ...],
+    token_column: str,
+) -> str:
+    """The upsert's text, composed once per connection and column set (psycopg then
+    prepares it like any repeated query)."""
+    statements = _STATEMENTS.setdefault(conn, {})
+    shape = (table, key, values, token_column)
+    if shape not in statements:
+        tok = sql.Identifier(token_column)
+        columns = [*key, *values, token_column]
+        updates = [
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
+            for c in (*values, token_column)
+        ]
+        statements[shape] = (
+            sql.SQL(
+                "INSERT INTO {table} AS t ({columns}) VALUES ({params}) ON CONFLICT ({key}) "
+                "DO UPDATE SET {updates} WHERE t.{tok} <= EXCLUDED.{tok} RETURNING t.{tok}"
+            )
+            .format(
+                table=sql.Identifier(*table.split(".")),
+                columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
+                params=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+                key=sql.SQL(", ").join(map(sql.Identifier, key)),
+                updates=sql.SQL(", ").join(updates),
+                tok=tok,
+            )
+            .as_string(conn)
+        )
+    return statements[shape]
 
 
 def _check_columns(
