@@ -120,7 +120,14 @@ class Engine:
             holder=holder,
             **log,
         )
-        run = GuardRun(guard=s.name, namespace=s.namespace, tick=tick, reason=reason, job=s.job)
+        return self._skipped(tick, reason, holder="")
+
+    def _skipped(self, tick: datetime, reason: str, *, holder: str) -> GuardRun:
+        """The skip of `tick` (counted in SKIPS already), told to the hooks."""
+        s = self.settings
+        run = GuardRun(
+            guard=s.name, namespace=s.namespace, tick=tick, reason=reason, holder=holder, job=s.job
+        )
         _guard_observe.skipped(self.hooks, run, identity=s.identity)
         return run
 
@@ -183,7 +190,7 @@ class Engine:
             tick, stagger=stagger, starting_deadline=begin_by - tick, above=above
         )
         if isinstance(result, Skipped):  # counted in SKIPS by the lock
-            return self._not_claimed(tick, result)
+            return self._skipped(tick, result.reason, holder=result.holder)
         # 4. Hold it (renewed, bounded by atMostFor); record the run before the body starts.
         run = GuardRun(guard=s.name, namespace=s.namespace, tick=tick, grant=result, job=s.job)
         run.start_by = begin_by
@@ -198,19 +205,6 @@ class Engine:
             max(0.0, (self.clock.now() - tick).total_seconds())
         )
         return run
-
-    def _not_claimed(self, tick: datetime, result: Skipped) -> GuardRun:
-        s = self.settings
-        skipped = GuardRun(
-            guard=s.name,
-            namespace=s.namespace,
-            tick=tick,
-            reason=result.reason,
-            holder=result.holder,
-            job=s.job,
-        )
-        _guard_observe.skipped(self.hooks, skipped, identity=s.identity)
-        return skipped
 
     def _hold(self, run: GuardRun, lock: TickLock, config: LockConfig) -> None:
         """Renew the grant every third of the short Lease while the body runs, and give the

@@ -233,16 +233,7 @@ class GuardSettings:
                     "starting_deadline": starting_deadline,
                 },
             )
-        deadline = _duration(
-            "starting_deadline",
-            DEFAULT_STARTING_DEADLINE if starting_deadline is None else starting_deadline,
-        )
-        if deadline <= timedelta(0):
-            raise GuardConfigError(f"starting_deadline ({_show(deadline)}) must be positive")
-        if spread >= deadline:
-            raise GuardConfigError(
-                f"stagger ({_show(spread)}) must be less than starting_deadline ({_show(deadline)})"
-            )
+        deadline = _starting_deadline(starting_deadline, stagger=spread)
         return cls(
             name=checked,
             namespace=namespace,
@@ -296,6 +287,17 @@ class GuardSettings:
             snap=snap,
             lease_duration=lease,
         )
+
+
+def _starting_deadline(value: DurationLike | None, *, stagger: timedelta) -> timedelta:
+    deadline = _duration("starting_deadline", DEFAULT_STARTING_DEADLINE if value is None else value)
+    if deadline <= timedelta(0):
+        raise GuardConfigError(f"starting_deadline ({_show(deadline)}) must be positive")
+    if stagger >= deadline:
+        raise GuardConfigError(
+            f"stagger ({_show(stagger)}) must be less than starting_deadline ({_show(deadline)})"
+        )
+    return deadline
 
 
 def _lease_duration(value: DurationLike | None) -> timedelta:
