@@ -1,6 +1,6 @@
 """`leasecron demo`: the three buckets at work on a throwaway local cluster.
 
-    leasecron demo [--seconds 60] [--replicas 3] [--json] [--kubeconfig PATH]
+    leasecron demo [--seconds 60] [--replicas 3] [--json] [--kubeconfig PATH] [--ledger-url URL]
 
 Starts a local control plane (unless --kubeconfig names a cluster), applies the CRDs and the
 example ScheduledJobs, runs N replicas of `leasecron.demo.example_app`, prints one line per
@@ -55,14 +55,25 @@ def _say(line: str) -> None:
     help="Use this cluster (admin rights; a new namespace is created and deleted) instead of "
     "starting a local control plane.",
 )
-def demo(seconds: float, replicas: int, as_json: bool, kubeconfig: Path | None) -> None:
+@click.option(
+    "--ledger-url",
+    envvar="LEASECRON_DEMO_LEDGER_URL",
+    default=None,
+    help="The example app's database as a URL (postgresql+psycopg://user@host/db; its demo "
+    "tables are emptied first); default: a SQLite file in the demo's work directory.",
+)
+def demo(
+    seconds: float, replicas: int, as_json: bool, kubeconfig: Path | None, ledger_url: str | None
+) -> None:
     """Show every-replica, once-per-tick and single-owner jobs on N replicas, with a failover."""
     from leasecron.demo import DemoError, DemoOptions, format_summary, run_demo
     from leasecron.kube.errors import KubeError
     from leasecron.testing import ControlPlaneError
 
     try:
-        options = DemoOptions(seconds=seconds, replicas=replicas, kubeconfig=kubeconfig)
+        options = DemoOptions(
+            seconds=seconds, replicas=replicas, kubeconfig=kubeconfig, ledger_url=ledger_url
+        )
     except ValueError as error:
         raise click.UsageError(str(error)) from error
     _logs.configure(level="warning", json=False)

@@ -48,8 +48,9 @@ _STATS_SECONDS = 1.0
 
 
 class LedgerClient(Ledger):
-    """The example app's `Ledger` calls, sent to the bench's fenced ledger (its SQLite path
-    is unused)."""
+    """The example app's `Ledger` calls, sent to the bench's fenced ledger (its own database
+    is unused: the ledger service writes the effects, to PostgreSQL through
+    leasecron.fencing when the bench has one)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(Path("unused"))
@@ -67,7 +68,7 @@ class LedgerClient(Ledger):
         except urllib.error.HTTPError as e:
             return int(e.code), json.loads(e.read() or b"{}")
 
-    def create(self) -> LedgerClient:
+    def create(self, *, fresh: bool = False) -> LedgerClient:
         return self
 
     def monthly_prices(self) -> dict[str, int]:

@@ -67,6 +67,9 @@ class DemoOptions:
     group: str = GROUP
     ready_timeout: float = 120.0
     grace_seconds: float = 20.0
+    ledger_url: str | None = None
+    """The example app's database (`postgresql+psycopg://...`); None: a SQLite file in the
+    demo's work directory. The demo empties its own tables there first."""
 
     def __post_init__(self) -> None:
         if self.seconds < MIN_SECONDS:
@@ -110,11 +113,12 @@ class _Demo:
     state: LiveState = field(default_factory=LiveState)
 
     def __post_init__(self) -> None:
-        self.ledger = Ledger(self.workdir / "ledger.sqlite").create()
+        location = self.options.ledger_url or self.workdir / "ledger.sqlite"
+        self.ledger = Ledger(location).create(fresh=True)
         self.replicas = Replicas(
             group=self.options.group,
             namespace=self.namespace,
-            ledger=self.ledger.path,
+            ledger=self.ledger.location,
             kubeconfig=self.where.kubeconfig,
             workdir=self.workdir,
         )

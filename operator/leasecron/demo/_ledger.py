@@ -1,50 +1,93 @@
-"""The example app's shared ledger: one SQLite file that stands in for the application's
-database, written by every replica and read by the demo driver.
+"""The example app's shared ledger: the application's database, written by every replica and
+read by the demo driver. A SQLite file by default (nothing to install); PostgreSQL when given a
+URL (`postgresql+psycopg://...`): the same code, through SQLAlchemy.
 
-It shows the two defences a job's own store needs (docs/design.md §7), whatever leasecron does:
+It shows the three defences a job's own store needs (docs/how-to/duplicates.md), whatever
+leasecron does, with the helpers of `leasecron.fencing`:
 
-- **Natural keys.** An invoice row is keyed by the run's idempotency key
-  (`<namespace>/<job>/<tick>`) and written with INSERT OR IGNORE, so a second run of the same
-  tick cannot bill twice.
-- **Fencing.** Every guarded write carries the run's fencing token; the ledger keeps the
-  highest token it has seen per job and rejects a lower one, so a replica that lost its grant
-  while paused cannot write after its successor did.
+- **A fence.** Every guarded write first holds the job's fence (`hold_fence`) with the run's
+  fencing token: the ledger keeps the highest token it has seen per job and refuses a lower
+  one, so a replica that lost its grant while paused cannot write after its successor did.
+- **A per-period record.** An invoice is written, and its mail queued, only by the run that
+  claims the tick (`claim_period`): a second run of the same tick bills nothing and mails
+  no one.
+- **A natural key.** The invoice row is keyed by the run's idempotency key
+  (`<namespace>/<job>/<tick>`) and written with `fenced_upsert`.
 
 Every `send_invoices` call is also logged in `attempts` (whatever its outcome) so the driver
-can count runs per tick, and each single-owner ownership term in `terms`. Transactions are
-`BEGIN IMMEDIATE` on a connection per call (the handlers run in threads and in several
-processes). What it does not promise: anything beyond one machine's SQLite locking.
+can count runs per tick, and each single-owner ownership term in `terms`. Every call is one
+transaction on a connection of its own (the handlers run in threads and in several processes;
+SQLite transactions begin IMMEDIATE). What it does not promise: anything beyond what the
+database's own locking does.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS customers (
-    id TEXT PRIMARY KEY, plan TEXT NOT NULL, monthly_cents INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS fences (
-    job TEXT PRIMARY KEY, token INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS invoices (
-    idempotency_key TEXT PRIMARY KEY, tick TEXT NOT NULL, token INTEGER NOT NULL,
-    replica TEXT NOT NULL, total_cents INTEGER NOT NULL, written_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, tick TEXT NOT NULL,
-    token INTEGER, replica TEXT NOT NULL, outcome TEXT NOT NULL, at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS queue (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, payload TEXT NOT NULL, enqueued_at REAL NOT NULL,
-    done_by TEXT, done_token INTEGER, done_at REAL);
-CREATE TABLE IF NOT EXISTS terms (
-    job TEXT NOT NULL, token INTEGER NOT NULL, replica TEXT NOT NULL, started_at REAL NOT NULL,
-    ended_at REAL, processed INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job, token));
-"""
+import sqlalchemy as sa
+
+from leasecron.fencing import claim_period, fenced_upsert, fencing_tables, hold_fence
+from leasecron.models.names import parse_tick
+
+_metadata = sa.MetaData()
+customers = sa.Table(
+    "customers",
+    _metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("plan", sa.Text, nullable=False),
+    sa.Column("monthly_cents", sa.Integer, nullable=False),
+)
+invoices = sa.Table(
+    "invoices",
+    _metadata,
+    sa.Column("idempotency_key", sa.Text, primary_key=True),
+    sa.Column("tick", sa.Text, nullable=False),
+    sa.Column("fence_token", sa.BigInteger, nullable=False),
+    sa.Column("replica", sa.Text, nullable=False),
+    sa.Column("total_cents", sa.Integer, nullable=False),
+    sa.Column("written_at", sa.Float, nullable=False),
+)
+attempts_table = sa.Table(
+    "attempts",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("tick", sa.Text, nullable=False),
+    sa.Column("token", sa.BigInteger),
+    sa.Column("replica", sa.Text, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+mail_queue = sa.Table(
+    "queue",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("enqueued_at", sa.Float, nullable=False),
+    sa.Column("done_by", sa.Text),
+    sa.Column("done_token", sa.BigInteger),
+    sa.Column("done_at", sa.Float),
+)
+terms_table = sa.Table(
+    "terms",
+    _metadata,
+    sa.Column("job", sa.Text, primary_key=True),
+    sa.Column("token", sa.BigInteger, primary_key=True),
+    sa.Column("replica", sa.Text, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float),
+    sa.Column("processed", sa.Integer, nullable=False, server_default="0"),
+)
+fencing_tables(_metadata)
 
 _CUSTOMERS = (("acme", "pro", 4900), ("globex", "team", 1900), ("initech", "free", 0))
 
@@ -57,7 +100,7 @@ class InvoiceOutcome(StrEnum):
     """What one `record_invoice` call did."""
 
     WRITTEN = "written"  # a new invoice row (and a mail for the queue poller)
-    DUPLICATE = "duplicate"  # the tick's invoice was already there: INSERT OR IGNORE kept it
+    DUPLICATE = "duplicate"  # the tick was claimed already: nothing billed, nothing mailed
     STALE = "stale"  # rejected: a newer grant has written already
 
 
@@ -84,42 +127,78 @@ class Term:
     processed: int
 
 
+@dataclass(frozen=True)
+class _Run:
+    """A run as the fencing helpers read it (any object with these attributes will do; a
+    handler passes its `JobContext`)."""
+
+    namespace: str
+    job: str
+    tick: datetime
+    token: int | None
+
+
+def ledger_url(location: Path | str) -> str:
+    """A database URL as given, or a SQLite file's path as its URL."""
+    text = str(location)
+    return text if "://" in text else f"sqlite:///{Path(text).resolve()}"
+
+
+def _engine(url: str) -> sa.Engine:
+    if not url.startswith("sqlite"):
+        return sa.create_engine(url, pool_pre_ping=True)
+    engine = sa.create_engine(url, connect_args={"timeout": 30.0}, poolclass=sa.NullPool)
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN, below
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # one writer at a time, no upgrade deadlock
+
+    return engine
+
+
 class Ledger:
-    """The shared SQLite file. Cheap to construct; every method opens its own connection."""
+    """The shared database at `location` (a SQLite file's path, or a database URL). Cheap to
+    construct; every method is one transaction."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+    def __init__(self, location: Path | str) -> None:
+        self.location = str(location)
+        self.url = ledger_url(location)
+        self._engine = _engine(self.url)
 
-    def create(self) -> Ledger:
-        """Create the tables (WAL mode, so readers never block writers) and seed customers."""
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
-            db.executemany("INSERT OR IGNORE INTO customers VALUES (?, ?, ?)", _CUSTOMERS)
-            db.commit()
+    def create(self, *, fresh: bool = False) -> Ledger:
+        """Create the tables (SQLite: WAL mode, so readers never block writers) and seed the
+        customers; `fresh` drops the ledger's own tables first (nothing else)."""
+        if self.url.startswith("sqlite"):
+            with self._engine.connect() as c:
+                c.exec_driver_sql("PRAGMA journal_mode=WAL")
+        with self._engine.begin() as db:
+            if fresh:
+                _metadata.drop_all(db)
+            _metadata.create_all(db)
+            existing = set(db.execute(sa.select(customers.c.id)).scalars())
+            rows = [
+                {"id": c, "plan": plan, "monthly_cents": cents}
+                for c, plan, cents in _CUSTOMERS
+                if c not in existing
+            ]
+            if rows:
+                db.execute(customers.insert(), rows)
         return self
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+    def close(self) -> None:
+        self._engine.dispose()
 
     # -- writes, from the example app -----------------------------------------------------
 
     def monthly_prices(self) -> dict[str, int]:
         """Customer id -> monthly price in cents (what refresh_cache reloads)."""
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            rows = db.execute("SELECT id, monthly_cents FROM customers ORDER BY id").fetchall()
-        return {str(customer): int(cents) for customer, cents in rows}
+        with self._engine.connect() as db:
+            rows = db.execute(sa.select(customers.c.id, customers.c.monthly_cents).order_by("id"))
+            return {str(customer): int(cents) for customer, cents in rows}
 
     def record_invoice(
         self, *, job: str, key: str, tick: str, token: int | None, replica: str
@@ -127,88 +206,107 @@ class Ledger:
         """Write the invoice of one tick, fenced by `token` and keyed by `key`; log the attempt.
         A run without a token (unguarded) cannot prove it is current and is rejected."""
         now = time.time()
-        with self._transaction() as db:
-            if token is None or token < _highest_token(db, job):
+        run = _Run(namespace=key.split("/")[0], job=job, tick=parse_tick(tick), token=token)
+        with self._engine.begin() as db:
+            if token is None or not hold_fence(db, job, run=run):
                 outcome = InvoiceOutcome.STALE
+            elif not claim_period(db, run=run):
+                outcome = InvoiceOutcome.DUPLICATE
             else:
-                _raise_fence(db, job, token)
-                total = db.execute("SELECT COALESCE(SUM(monthly_cents), 0) FROM customers")
-                inserted = db.execute(
-                    "INSERT OR IGNORE INTO invoices VALUES (?, ?, ?, ?, ?, ?)",
-                    (key, tick, token, replica, int(total.fetchone()[0]), now),
-                ).rowcount
-                outcome = InvoiceOutcome.WRITTEN if inserted == 1 else InvoiceOutcome.DUPLICATE
-                if outcome is InvoiceOutcome.WRITTEN:
-                    payload = json.dumps({"mail": "invoice", "key": key})
-                    db.execute(
-                        "INSERT INTO queue (payload, enqueued_at) VALUES (?, ?)", (payload, now)
-                    )
+                total = db.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(customers.c.monthly_cents), 0))
+                )
+                values = {
+                    "tick": tick,
+                    "replica": replica,
+                    "total_cents": int(total.scalar_one()),
+                    "written_at": now,
+                }
+                fenced_upsert(db, invoices, key={"idempotency_key": key}, values=values, run=run)
+                payload = json.dumps({"mail": "invoice", "key": key})
+                db.execute(mail_queue.insert().values(payload=payload, enqueued_at=now))
+                outcome = InvoiceOutcome.WRITTEN
             db.execute(
-                "INSERT INTO attempts (job, tick, token, replica, outcome, at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (job, tick, token, replica, outcome.value, now),
+                attempts_table.insert().values(
+                    job=job, tick=tick, token=token, replica=replica, outcome=outcome.value, at=now
+                )
             )
         return outcome
 
     def begin_term(self, *, job: str, token: int, replica: str) -> None:
         """Record the start of an ownership term; StaleTokenError when a newer term exists."""
-        with self._transaction() as db:
-            if token < _highest_token(db, job):
-                raise StaleTokenError(f"{job}: term token {token} is older than the ledger's")
-            _raise_fence(db, job, token)
-            db.execute(
-                "INSERT OR IGNORE INTO terms (job, token, replica, started_at) VALUES (?, ?, ?, ?)",
-                (job, token, replica, time.time()),
-            )
+        with self._fenced(job, token) as db:
+            known = db.execute(
+                sa.select(terms_table.c.token).where(
+                    terms_table.c.job == job, terms_table.c.token == token
+                )
+            ).first()
+            if known is None:
+                db.execute(
+                    terms_table.insert().values(
+                        job=job, token=token, replica=replica, started_at=time.time()
+                    )
+                )
 
     def take_next_mail(self, *, job: str, token: int, replica: str) -> str | None:
         """Mark the oldest pending queue row done by this term and return its payload (None
         when the queue is empty); StaleTokenError when a newer term has written."""
-        with self._transaction() as db:
-            if token < _highest_token(db, job):
-                raise StaleTokenError(f"{job}: term token {token} is older than the ledger's")
+        with self._fenced(job, token) as db:
             row = db.execute(
-                "SELECT id, payload FROM queue WHERE done_at IS NULL ORDER BY id LIMIT 1"
-            ).fetchone()
+                sa.select(mail_queue.c.id, mail_queue.c.payload)
+                .where(mail_queue.c.done_at.is_(None))
+                .order_by(mail_queue.c.id)
+                .limit(1)
+            ).first()
             if row is None:
                 return None
             db.execute(
-                "UPDATE queue SET done_by = ?, done_token = ?, done_at = ? WHERE id = ?",
-                (replica, token, time.time(), row[0]),
+                mail_queue.update()
+                .where(mail_queue.c.id == row.id)
+                .values(done_by=replica, done_token=token, done_at=time.time())
             )
             db.execute(
-                "UPDATE terms SET processed = processed + 1 WHERE job = ? AND token = ?",
-                (job, token),
+                terms_table.update()
+                .where(terms_table.c.job == job, terms_table.c.token == token)
+                .values(processed=terms_table.c.processed + 1)
             )
-            return str(row[1])
+            return str(row.payload)
 
     def end_term(self, *, job: str, token: int) -> None:
         """Record the end of an ownership term (a term that never ends was killed)."""
-        with self._transaction() as db:
+        with self._engine.begin() as db:
             db.execute(
-                "UPDATE terms SET ended_at = ? WHERE job = ? AND token = ?",
-                (time.time(), job, token),
+                terms_table.update()
+                .where(terms_table.c.job == job, terms_table.c.token == token)
+                .values(ended_at=time.time())
             )
+
+    @contextmanager
+    def _fenced(self, job: str, token: int) -> Iterator[sa.Connection]:
+        """A transaction that holds `job`'s fence at `token`; StaleTokenError when a newer
+        token holds it (nothing is written then)."""
+        run = _Run(namespace="demo", job=job, tick=_TERM_TICK, token=token)
+        with self._engine.begin() as db:
+            if not hold_fence(db, job, run=run):
+                raise StaleTokenError(f"{job}: term token {token} is older than the ledger's")
+            yield db
 
     # -- reads, for the driver ------------------------------------------------------------
 
     def attempts(self, *, job: str) -> list[Attempt]:
         """Every send_invoices attempt for `job`, oldest first."""
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            rows = db.execute(
-                "SELECT tick, token, replica, outcome, at FROM attempts WHERE job = ? ORDER BY id",
-                (job,),
-            ).fetchall()
+        a = attempts_table.c
+        query = sa.select(a.tick, a.token, a.replica, a.outcome, a.at).where(a.job == job)
+        with self._engine.connect() as db:
+            rows = db.execute(query.order_by(a.id)).all()
         return [Attempt(tick=r[0], token=r[1], replica=r[2], outcome=r[3], at=r[4]) for r in rows]
 
     def terms(self, *, job: str) -> list[Term]:
         """Every ownership term of `job`, by token."""
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            rows = db.execute(
-                "SELECT job, token, replica, started_at, ended_at, processed FROM terms "
-                "WHERE job = ? ORDER BY token",
-                (job,),
-            ).fetchall()
+        t = terms_table.c
+        query = sa.select(t.job, t.token, t.replica, t.started_at, t.ended_at, t.processed)
+        with self._engine.connect() as db:
+            rows = db.execute(query.where(t.job == job).order_by(t.token)).all()
         return [
             Term(job=r[0], token=r[1], replica=r[2], started_at=r[3], ended_at=r[4], processed=r[5])
             for r in rows
@@ -216,23 +314,15 @@ class Ledger:
 
     def queue_counts(self) -> tuple[int, int]:
         """(mails enqueued, mails processed)."""
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            row = db.execute("SELECT COUNT(*), COUNT(done_at) FROM queue").fetchone()
+        query = sa.select(sa.func.count(), sa.func.count(mail_queue.c.done_at))
+        with self._engine.connect() as db:
+            row = db.execute(query).one()
         return int(row[0]), int(row[1])
 
     def invoice_count(self) -> int:
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            return int(db.execute("SELECT COUNT(*) FROM invoices").fetchone()[0])
+        with self._engine.connect() as db:
+            return int(db.execute(sa.select(sa.func.count()).select_from(invoices)).scalar_one())
 
 
-def _highest_token(db: sqlite3.Connection, job: str) -> int:
-    row = db.execute("SELECT token FROM fences WHERE job = ?", (job,)).fetchone()
-    return -1 if row is None else int(row[0])
-
-
-def _raise_fence(db: sqlite3.Connection, job: str, token: int) -> None:
-    db.execute(
-        "INSERT INTO fences (job, token) VALUES (?, ?) "
-        "ON CONFLICT (job) DO UPDATE SET token = MAX(token, excluded.token)",
-        (job, token),
-    )
+_TERM_TICK = datetime.fromtimestamp(0).astimezone()
+"""A single-owner term's fence does not look at the tick; the run needs one all the same."""

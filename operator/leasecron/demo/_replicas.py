@@ -108,7 +108,7 @@ class Replicas:
     """The demo's replica processes and the queue their events arrive on."""
 
     def __init__(
-        self, *, group: str, namespace: str, ledger: Path, kubeconfig: Path, workdir: Path
+        self, *, group: str, namespace: str, ledger: Path | str, kubeconfig: Path, workdir: Path
     ) -> None:
         self._group = group
         self._namespace = namespace

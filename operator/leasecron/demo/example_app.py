@@ -1,6 +1,6 @@
 """An example application with one scheduled job of each bucket. Copy it.
 
-    python -m leasecron.demo.example_app [--group example-app] [--ledger PATH]
+    python -m leasecron.demo.example_app [--group example-app] [--ledger PATH-OR-URL]
 
 Run it as several replicas against a cluster where the ScheduledJobs of `examples/jobs/` are
 applied (`leasecron demo` does all of that for you). The jobs:
@@ -8,16 +8,18 @@ applied (`leasecron demo` does all of that for you). The jobs:
 - `refresh-cache` (every-replica): every replica reloads its own in-process price cache.
   No coordination: a lock here would leave all but one replica with a stale cache.
 - `send-invoices` (once-per-tick): one replica per tick writes the tick's invoice to the
-  shared ledger. Two defences in the *store*, whatever the scheduler does: the invoice's key
-  is the run's idempotency key (INSERT OR IGNORE, so a second run of a tick bills nothing),
-  and the write carries the fencing token (the ledger rejects a token lower than the highest
-  it has seen, so a replica that lost its grant while paused cannot write after its
-  successor did).
+  shared ledger. Three defences in the *store* (`leasecron.fencing`), whatever the scheduler
+  does: the write holds the job's fence with the run's token (the ledger refuses a token
+  lower than the highest it has seen, so a replica that lost its grant while paused cannot
+  write after its successor did), the tick's run record is claimed first (a second run of a
+  tick bills nothing and queues no mail), and the invoice is an upsert keyed by the run's
+  idempotency key.
 - `queue-poller` (single-owner): one replica owns the mail queue and loops until it loses the
   Lease, the job goes away or the replica shuts down (`ctx.lost`). Each ownership term has
   its own fencing token; the ledger rejects the takes of an older term.
 
-The shared ledger (`leasecron.demo._ledger`) stands in for your database. Every run prints
+The shared ledger (`leasecron.demo._ledger`) stands in for your database: a SQLite file by
+default, PostgreSQL when `--ledger` (or `$LEASECRON_DEMO_LEDGER`) is a URL. Every run prints
 one JSON line on stdout (replica, job, tick, token, outcome) so that a driver can follow
 the replicas; a real application would not need that. Logs (structlog JSON) go to stderr.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -105,7 +108,7 @@ class ExampleApp:
             self.events.run(ctx, "term-ended", processed=sent)
 
 
-def build(*, group: str, ledger_path: Path) -> tuple[Scheduler, Events]:
+def build(*, group: str, ledger_path: Path | str) -> tuple[Scheduler, Events]:
     """The scheduler with the three handlers registered, and the event printer."""
     scheduler = Scheduler(group)  # namespace: $POD_NAMESPACE, else the kubeconfig's
     events = Events(replica=scheduler.identity)
@@ -121,7 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m leasecron.demo.example_app")
     parser.add_argument("--group", default="example-app", help="the ScheduledJobs' spec.group")
     parser.add_argument(
-        "--ledger", type=Path, default=Path("example-app-ledger.sqlite"), help="SQLite file"
+        "--ledger",
+        default=os.environ.get("LEASECRON_DEMO_LEDGER", "example-app-ledger.sqlite"),
+        help="the database: a SQLite file, or a URL such as postgresql+psycopg://host/db "
+        "(default: $LEASECRON_DEMO_LEDGER, else example-app-ledger.sqlite)",
     )
     args = parser.parse_args(argv)
     scheduler, events = build(group=args.group, ledger_path=args.ledger)
