@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from leasecron.coordination import (
     lease_informer,
 )
 from leasecron.kube.clients import Kube
+from leasecron.kube.errors import NotFound
+from leasecron.kube.transports import Request, Send
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import FakeClock
 from leasecron.models.configs import LockConfig
@@ -98,6 +101,48 @@ def test_a_claim_writes_the_lease_like_client_go_with_token_and_tick(
     assert obj["spec"]["leaseTransitions"] == 1
     assert obj["metadata"]["annotations"][ANNOTATION_TICK] == "2026-01-01T12:00:00Z"
     assert obj["metadata"]["labels"]["leasecron.dev/role"] == "job"
+
+
+def _spec_or_none(api: ApiClient, namespace: str) -> dict[str, Any] | None:
+    try:
+        return dict(lease_obj(api, namespace, LEASE)["spec"])
+    except NotFound:
+        return None
+
+
+def test_a_claim_whose_caller_stops_while_it_is_on_the_wire_is_handed_back_once_it_lands(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    """A replica shutting down mid-claim does not leave the Lease taken by an identity that
+    will neither run nor renew it (it would block every later tick until it expired)."""
+
+    async def scenario() -> None:
+        async with replicas(kube_api, namespace, 1) as (one,):
+            loop = asyncio.get_running_loop()
+            on_wire = asyncio.Event()
+
+            def slow_lease_writes(request: Request, send: Send) -> Any:
+                if request.write and request.resource.startswith("leases"):
+                    loop.call_soon_threadsafe(on_wire.set)
+                    time.sleep(1.0)
+                return send()
+
+            one.kube.wrap_transport(slow_lease_writes)
+            lock = one.lock(namespace, LockConfig(at_most_for=60))
+            claim = asyncio.ensure_future(lock.try_claim(TICK))
+            await on_wire.wait()
+            claim.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await claim
+            await lock.close()
+
+    run(scenario)
+    deadline = time.monotonic() + WAIT
+    while (spec := _spec_or_none(kube_api, namespace)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert spec is not None
+    assert spec["leaseTransitions"] == 1  # the claim landed
+    assert spec.get("holderIdentity", "") == ""  # and was handed back
 
 
 def test_a_replica_that_sees_the_tick_taken_sends_no_request(

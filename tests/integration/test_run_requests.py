@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,8 +22,10 @@ from operator_helpers import StartOperator, poll
 from leasecron import Scheduler
 from leasecron.cli import kubectl_plugin, main
 from leasecron.kube.clients import Kube
+from leasecron.kube.transports import Request, Send
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
 from leasecron.models.requests import request_body
+from leasecron.models.schedules import Schedule
 from leasecron.models.specs import Trigger
 from leasecron.runtime import Tuning
 from leasecron.testing import ClusterAccess, Fault, create_serviceaccount, fault_plan
@@ -355,3 +358,66 @@ def test_a_pickup_whose_reply_was_lost_is_read_back_and_run_once(
     run = jobrun(kube_api, namespace, jobrun_name(job, ctx.tick))
     assert run["spec"]["holder"] == replica.identity and run["spec"]["fencingToken"] == ctx.token
     assert run["status"]["outcome"] == "Succeeded"
+
+
+def test_requests_never_take_a_shard_mates_tick_that_is_due_and_not_claimed_yet(
+    kube_api: Any, namespace: str, leasecron_crds: list[str]
+) -> None:
+    """One shard for both jobs; the scheduled job's replica is a little slow to write its
+    claims. Requests made just after each of its ticks wait for that tick to be claimed
+    instead of claiming past it (which would take the tick from the only replica that can
+    run it)."""
+    on_demand = objects(kube_api).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        SCHEDULEDJOB_PLURAL,
+        scheduled_job("on-demand", schedule=YEARLY),
+    )
+    objects(kube_api).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        SCHEDULEDJOB_PLURAL,
+        scheduled_job("every-two", schedule="@every 2s", startingDeadline="1500ms"),
+    )
+    slow, quick = Kube(kube_api, max_workers=4), Kube(kube_api, max_workers=4)
+
+    def late_lease_writes(request: Request, send: Send) -> Any:
+        if request.write and request.resource.startswith("leases"):
+            time.sleep(0.4)
+        return send()
+
+    slow.wrap_transport(late_lease_writes)
+    scheduled, requested = CapturingHandler(), CapturingHandler()
+    runs = Scheduler(namespace=namespace, kube=slow, tuning=FAST, shards=1)
+    runs.register("every-two", scheduled)
+    asks = Scheduler(namespace=namespace, kube=quick, tuning=FAST, shards=1)
+    asks.register("on-demand", requested)
+    with contextlib.ExitStack() as stack:
+        for scheduler in (runs, asks):
+            scheduler.start()
+            stack.callback(scheduler.stop)
+        assert scheduled.wait_calls(1)
+        for _ in range(6):
+            now = time.time()
+            time.sleep(2 - now % 2 + 0.05)  # just after a tick of every-two
+            body = request_body(
+                job="on-demand",
+                job_uid=on_demand["metadata"]["uid"],
+                namespace=namespace,
+                tick=datetime.now(UTC).replace(microsecond=0),
+                trigger=Trigger.MANUAL,
+                requested_by="test",
+            )
+            objects(kube_api).create_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBRUN_PLURAL, body
+            )
+        assert requested.wait_calls(6)
+        last = datetime.now(UTC)
+        time.sleep(2.5)  # the tick after the last request has come and had time to run
+    ticks = sorted(ctx.tick for ctx in scheduled.contexts)
+    expected = Schedule.parse("@every 2s").ticks_between(ticks[0], last, limit=100)
+    assert len(expected) >= 6
+    assert [t for t in expected if t not in ticks] == []
+    assert len(set(ticks)) == len(ticks)

@@ -8,18 +8,28 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes.client import CoordinationV1Api
 
 from leasecron import Scheduler
 from leasecron.kube.clients import Kube
 from leasecron.models.clocks import SystemClock
-from leasecron.models.names import jobrun_name
+from leasecron.models.names import (
+    GROUP,
+    JOBRUN_PLURAL,
+    LABEL_ROLE,
+    VERSION,
+    jobrun_name,
+    parse_tick,
+)
 from leasecron.models.schedules import Schedule
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
 from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
 
 pytestmark = pytest.mark.integration
-FAST = Tuning(member_duration_s=3, member_renew_every=1.0)
+FAST = Tuning(member_duration_s=3, member_renew_every=1.0, store_time=False)
+"""The replica's own clock, as it is: a clock ahead stands for time that passed."""
 
 
 def outcomes(items: list[dict[str, Any]]) -> dict[str, str]:
@@ -111,3 +121,69 @@ def test_a_tick_past_its_starting_deadline_starts_only_as_a_latest_catch_up(
             assert outcomes(runs)[jobrun_name("job", latest)] == "Missed"
     finally:
         scheduler.stop()
+
+
+def _newest_run_only(kube_api: Any, namespace: str, jobs: list[str]) -> None:
+    """Delete every JobRun but each job's newest, as `spec.history` of 1 would."""
+    api = client.CustomObjectsApi(kube_api)
+    listed = api.list_namespaced_custom_object(GROUP, VERSION, namespace, JOBRUN_PLURAL)
+    for job in jobs:
+        runs = sorted(
+            (i for i in listed["items"] if i["spec"]["job"] == job),
+            key=lambda i: i["spec"]["tick"],
+        )
+        for run in runs[:-1]:
+            api.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBRUN_PLURAL, run["metadata"]["name"]
+            )
+
+
+def test_a_new_shard_lease_plans_catch_up_from_the_jobs_last_run_not_from_its_creation(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    jobs = ["invoices", "reports", "reminders"]
+    manifests = [
+        scheduled_job(
+            name,
+            schedule="@every 1s",
+            startingDeadline="1s",
+            catchUp={"policy": "All", "maxTicks": 10},
+        )
+        for name in jobs
+    ]
+    apply_manifests(kube_api, manifests, namespace=namespace)
+    before, after = CapturingHandler(), CapturingHandler()
+    for capture in (before, after):
+        scheduler = Scheduler(namespace=namespace, kube=kube, tuning=FAST)
+        for name in jobs:
+            scheduler.register(name, capture)
+        scheduler.start()
+        try:
+            assert capture.wait_calls(len(jobs) * 4)
+        finally:
+            scheduler.stop()
+        if capture is before:
+            wait_for_jobruns(
+                kube_api,
+                namespace=namespace,
+                until=lambda items: len(items) >= before.calls,
+            )
+            # Records pruned to the newest, then the shard Lease goes: the next claim
+            # creates it again and replaces no instant.
+            _newest_run_only(kube_api, namespace, jobs)
+            CoordinationV1Api(kube_api).delete_collection_namespaced_lease(
+                namespace, label_selector=f"{LABEL_ROLE}=shard"
+            )
+    last = {name: max(c.tick for c in before.contexts if c.job == name) for name in jobs}
+    again = [(c.job, c.tick) for c in after.contexts if c.tick <= last[c.job]]
+    assert again == []  # no tick that ran runs twice
+    listed = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, JOBRUN_PLURAL
+    )
+    false_alarms = [
+        i["metadata"]["name"]
+        for i in listed["items"]
+        if (i.get("status") or {}).get("outcome") == "Missed"
+        and parse_tick(i["spec"]["tick"]) <= last[i["spec"]["job"]]
+    ]
+    assert false_alarms == []  # nor is a tick that ran recorded Missed

@@ -59,6 +59,8 @@ SKIP_UNAVAILABLE = "store_unavailable"
 SKIP_UNCERTAIN = "uncertain"
 SKIP_ERROR = "error"
 _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
+_SETTLE_TIMEOUT = 5.0
+"""Seconds a stopping caller's landed-but-unconfirmed claim is tried to be freed."""
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 _FREE_RETRY_CAP = 5.0
 
@@ -162,6 +164,17 @@ class TickLock(LeaseParty):
         record = self._record()
         return record is not None and record.tick is not None and record.tick >= tick
 
+    def taken(self, tick: datetime) -> bool:
+        """Whether the Lease, as this process sees it, records `tick` or a later one."""
+        return self._taken(tick)
+
+    async def wait_taken(self, tick: datetime, *, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait (on the watch-fed view, sending nothing) until the Lease records `tick` or a
+        later one; False when `timeout` seconds pass first."""
+        return await self.lease.view.wait_for(
+            self.namespace, self.name, lambda: self._taken(tick), timeout=timeout
+        )
+
     def taken_by_other(self, tick: datetime) -> bool:
         """Whether what this process knows says another replica has `tick` or runs the job
         now: the Lease records `tick` or a later one, or another holder's grant is live."""
@@ -208,9 +221,7 @@ class TickLock(LeaseParty):
     ) -> Grant | Skipped:
         """Claim `tick`: the Grant, or why not. The grant's token is above `above` (the
         highest token the jobs it covers had elsewhere) as well as above the Lease's."""
-        if stagger > 0 and await self.lease.view.wait_for(
-            self.namespace, self.name, lambda: self._taken(tick), timeout=stagger
-        ):
+        if stagger > 0 and await self.wait_taken(tick, timeout=stagger):
             return self._skip("taken", tick, waited=stagger)
         return await self._claim_now(tick, starting_deadline=starting_deadline, above=above)
 
@@ -236,7 +247,46 @@ class TickLock(LeaseParty):
         )
         if isinstance(decision, Skip):
             return self._skip(decision.reason, tick)
-        return await self._send_claim(decision, seen, tick)
+        sending = asyncio.ensure_future(self._send_claim(decision, seen, tick))
+        try:
+            return await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            await self._settle(sending)
+            raise
+
+    async def _settle(self, sending: asyncio.Future[Grant | Skipped]) -> None:
+        """The caller stopped (a replica shutting down) while its claim was on the wire: the
+        claim is waited for (one write and at most one read-back, each bounded by the request
+        timeout) and a claim that landed is handed back at once, so that the Lease is not
+        left taken by a party that will neither run nor renew it until it expires."""
+        try:
+            result = await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            self._log.info("stopped again while settling a claim; it may still land")
+            return
+        if isinstance(result, Grant):
+            self._log.info(
+                "handing back a claim that landed as its caller stopped",
+                token=result.token,
+                tick=format_tick(result.tick),
+            )
+            await self.release(result)
+        elif result.reason == SKIP_UNCERTAIN:
+            await self._settle_uncertain()
+
+    async def _settle_uncertain(self) -> None:
+        """A stopping caller's claim whose reply and read-back were lost: one more read, and
+        the claim is freed when it landed (else it shows up as our orphan and is freed)."""
+        with contextlib.suppress(KubeError, TimeoutError):
+            await self.lease.get(timeout=self._timeout)
+        record = self._record()
+        landed = record is not None and record.transitions in self._uncertain
+        if record is not None and landed and record.holder == self.identity:
+            del self._uncertain[record.transitions]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._free_when_possible(record.transitions, 0.0), _SETTLE_TIMEOUT
+                )
 
     async def _send_claim(
         self, decision: Claim, seen: Seen | None, tick: datetime

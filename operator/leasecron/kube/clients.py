@@ -193,12 +193,17 @@ class Kube:
 
     def wrap_transport(self, wrapper: TransportWrapper) -> None:
         """Put `wrapper` around every request sent from now on (see `transports`); the last
-        one installed sees a request first. There is no unwrapping: a wrapper that should stop
-        acting becomes a pass-through."""
+        one installed sees a request first."""
         if not callable(wrapper):
             raise TypeError(f"wrap_transport takes a callable, got {wrapper!r}")
         with self._lock:
             self._wrappers = (*self._wrappers, wrapper)
+
+    def unwrap_transport(self, wrapper: TransportWrapper) -> None:
+        """Take `wrapper` (one `wrap_transport` put on, compared by ==) off again; requests
+        already in flight may still pass through it."""
+        with self._lock:
+            self._wrappers = tuple(w for w in self._wrappers if w != wrapper)
 
     async def request(
         self,

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -28,6 +29,21 @@ class SystemClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC) + self.skew
+
+
+class OffsetClock:
+    """Wall time of `base` shifted by `offset()` seconds, read at every call (the API
+    server's clock as `kube.servertime.ServerTime` estimates it); monotonic time is `base`'s."""
+
+    def __init__(self, base: Clock, offset: Callable[[], float]) -> None:
+        self.base = base
+        self._offset = offset
+
+    def monotonic(self) -> float:
+        return self.base.monotonic()
+
+    def now(self) -> datetime:
+        return self.base.now() + timedelta(seconds=self._offset())
 
 
 class FakeClock:

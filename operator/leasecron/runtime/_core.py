@@ -24,8 +24,9 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError, NotFound, Unavailable
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
+from leasecron.kube.servertime import ServerTime
 from leasecron.kube.watches import Informer, backoff_delays
-from leasecron.models.clocks import Clock
+from leasecron.models.clocks import Clock, OffsetClock, SystemClock
 from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._invoke import StopReason
@@ -58,6 +59,17 @@ class Settings:
     hooks: RunHooks = field(default_factory=RunHooks)
 
 
+def store_clock(kube: Kube, settings: Settings) -> tuple[Clock, ServerTime | None]:
+    """The clock a run reads: the API server's, estimated from the responses `kube` gets
+    (`Tuning.store_time`, for a `SystemClock`), else the one the Scheduler was given."""
+    clock = settings.clock
+    if not settings.tuning.store_time or not isinstance(clock, SystemClock):
+        return clock, None
+    server_time = ServerTime(wall=lambda: clock.now().timestamp(), monotonic=clock.monotonic)
+    server_time.install(kube)
+    return OffsetClock(clock, server_time.offset), server_time
+
+
 class Runtime:
     """One run of a scheduler: `serve()` until `stop` is set."""
 
@@ -80,7 +92,8 @@ class Runtime:
         executor = ThreadPoolExecutor(
             self._settings.max_threads, thread_name_prefix="leasecron-handler"
         )
-        services = self._services(kube, executor)
+        clock, server_time = store_clock(kube, self._settings)
+        services = self._services(kube, executor, clock)
         try:
             yield services
         finally:
@@ -88,31 +101,31 @@ class Runtime:
             await services.recorder.flush(timeout=min(5.0, services.grace_period))
             await services.recorder.close()
             executor.shutdown(wait=False, cancel_futures=True)
+            if server_time is not None:
+                server_time.remove()
             if self._given_kube is None:
                 await kube.close()
 
-    def _services(self, kube: Kube, executor: ThreadPoolExecutor) -> Services:
+    def _services(self, kube: Kube, executor: ThreadPoolExecutor, clock: Clock) -> Services:
         settings = self._settings
         leases = LeaseStore(kube)
-        lease_cache = lease_informer(kube, namespace=settings.namespace, clock=settings.clock)
+        lease_cache = lease_informer(kube, namespace=settings.namespace, clock=clock)
         membership = Membership(
             leases=leases,
             namespace=settings.namespace,
             group=settings.group,
             identity=settings.identity,
             handlers=self._registry.names,
-            clock=settings.clock,
+            clock=clock,
             duration_s=settings.tuning.member_duration_s,
             renew_every=settings.tuning.member_renew_every,
         )
-        recorder = Recorder(
-            jobruns=JobRunStore(kube), namespace=settings.namespace, clock=settings.clock
-        )
+        recorder = Recorder(jobruns=JobRunStore(kube), namespace=settings.namespace, clock=clock)
         return Services(
             namespace=settings.namespace,
             group=settings.group,
             identity=settings.identity,
-            clock=settings.clock,
+            clock=clock,
             kube=kube,
             registry=self._registry,
             executor=executor,

@@ -117,8 +117,7 @@ class DeferredRecords:
         """The run ended: its final status goes out with the create, or as a patch after it."""
         entry.final = entry.run.finish(outcome=outcome, end=now, message=message, attempts=attempts)
         entry.latest = None
-        if entry.created and not entry.queued:
-            self._queue(entry)
+        self._queue_idle(entry)
 
     def progress(self, entry: DeferredRun, *, attempts: tuple[Attempt, ...], message: str) -> None:
         """A retried run's attempts so far (still Running): patched after the create, in
@@ -126,7 +125,13 @@ class DeferredRecords:
         if entry.final is not None:
             return
         entry.latest = entry.run.retrying(attempts=attempts, message=message)
-        if entry.created and not entry.queued:
+        self._queue_idle(entry)
+
+    def _queue_idle(self, entry: DeferredRun) -> None:
+        """Queue a created record's next write unless one is queued or on the wire (the
+        writer queues it again when that one is done): one write at a time per record, so
+        that a progress patch never lands after the final one."""
+        if entry.created and not entry.queued and not entry.writing:
             self._queue(entry)
 
     async def written(self, entry: DeferredRun, *, timeout: float) -> bool:  # noqa: ASYNC109

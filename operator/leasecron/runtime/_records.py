@@ -16,6 +16,7 @@ those ticks as Missed).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +35,7 @@ from leasecron.kube.errors import (
 )
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import Clock
+from leasecron.models.names import parse_tick
 from leasecron.models.specs import Attempt, JobRun, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._deferred import DeferredRecords
@@ -152,6 +154,18 @@ class Recorder:
         )
         await self.create_running(run, job.uid)
         return run
+
+    async def newest_tick(self, job: str) -> datetime | None:
+        """The newest tick the JobRuns of `job` record (requests nobody took yet left out);
+        None when it has none. Raises KubeError when they cannot be read."""
+        ticks = []
+        for item in await self._jobruns.list(namespace=self.namespace, job=job):
+            spec, status = item.get("spec") or {}, item.get("status") or {}
+            if spec.get("job") != job or status.get("outcome") == Outcome.PENDING.value:
+                continue
+            with contextlib.suppress(TypeError, ValueError):
+                ticks.append(parse_tick(str(spec.get("tick"))))
+        return max(ticks, default=None)
 
     async def create_running(self, run: JobRun, job_uid: str | None) -> None:
         """Create `run` (Running); a `Missed` record of its tick is taken over; any other

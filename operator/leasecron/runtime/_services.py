@@ -64,6 +64,11 @@ class Tuning:
     shard_lease_s: int = 10
     """leaseDurationSeconds of a shard grant: renewed every third of it while runs under the
     shard go; a replica that dies or stops loses its shards after this long."""
+    store_time: bool = True
+    """Read wall time as the API server's clock (estimated from its responses' Date
+    headers, `kube.servertime`) instead of this host's: a replica whose clock runs ahead
+    neither claims a tick before it has come nor takes the tick before it. Applies to a
+    `SystemClock` (the default); any other clock passed in is used as it is."""
 
 
 MISSED_LATE = "no replica started this tick before its startingDeadline"

@@ -45,10 +45,15 @@ from datetime import datetime, timedelta
 from leasecron._logs import get_logger
 from leasecron.coordination import Grant, LeaseView, Skipped
 from leasecron.coordination.groups import GroupRecord
-from leasecron.coordination.locks import SKIP_EXISTS, SKIP_UNAVAILABLE, SKIP_UNCERTAIN
+from leasecron.coordination.locks import (
+    SKIP_CONFLICT,
+    SKIP_EXISTS,
+    SKIP_UNAVAILABLE,
+    SKIP_UNCERTAIN,
+)
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.kube.errors import KubeError
-from leasecron.models.decisions import SKIP_LIVE_GRANT, SKIP_TAKEN, rendezvous_rank
+from leasecron.models.decisions import SKIP_DEADLINE, SKIP_LIVE_GRANT, SKIP_TAKEN, rendezvous_rank
 from leasecron.models.groups import GroupState, shard_ref
 from leasecron.models.shards import ShardRef, due_at, shard_key
 from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
@@ -69,13 +74,17 @@ from leasecron.runtime._timeouts import stop_grace
 
 _log = get_logger("leasecron.runtime.shards")
 _MAX_SLEEP = 30.0
-_RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN, SKIP_EXISTS)
+_RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN, SKIP_EXISTS, SKIP_CONFLICT)
 """Skips after which a shard instant is claimed again (until its latest startingDeadline).
 `exists`: the claim meant to create the shard Lease, which was there already (made with the
 group record, or by another replica, before this replica's view showed it); the lock has read
-it now, so the claim is decided again at once."""
+it now, so the claim is decided again at once. `conflict`: another write landed first (a
+request's claim of a later instant, another replica's claim of this one); decided again on
+the Lease as it is now: taken, a live grant to wait out, or claimable."""
 SKIP_BETTER_PLACED = "better_placed"
 """Another live replica registered every handler due at the instant: it claims it."""
+_MARK_READS = 8
+"""JobRun reads at once when a new shard Lease's first claim looks for its jobs' last runs."""
 _UNGUARDED_MEMORY = 1000
 """Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
 
@@ -93,6 +102,8 @@ class _Entry:
     unguarded: OrderedDict[datetime, None] = field(default_factory=OrderedDict)
     placed: tuple[int, ShardRef] | None = None
     """The shard Lease of the job under the shard count it was computed for."""
+    ran: datetime | None = None
+    """The newest tick of the job this replica ran or recorded under a grant."""
 
     def remember_unguarded(self, tick: datetime) -> None:
         self.unguarded[tick] = None
@@ -241,6 +252,16 @@ class ShardTicks:
         lock, clock = self._lock(ref), self._services.clock
         while True:
             instant = clock.now()
+            pending = self._unclaimed_due(ref, lock, instant)
+            if pending is not None:
+                # A shard-mate's tick is due and nobody claimed it yet: a claim of `instant`
+                # would take it from the replica due to run it. Wait until it is claimed, or
+                # past its startingDeadline (then it is missed whoever claims next).
+                left = (min(give_up, pending[1]) - instant).total_seconds()
+                if left <= 0 or not wanted():
+                    return Skipped(SKIP_DEADLINE)
+                await lock.wait_taken(pending[0], timeout=left)
+                continue
             result = await lock.try_claim(instant)
             if isinstance(result, Grant):
                 await self._hold_and_run(lock, ref, result, [], {}, also=body)
@@ -252,6 +273,26 @@ class ShardTicks:
                 await lock.wait_claimable(instant, timeout=min(left, 1.0))
             else:  # taken: an instant of ours or another's at or after `now`; a new one
                 await asyncio.sleep(min(left, self._services.tuning.claim_retry))
+
+    def _unclaimed_due(
+        self, ref: ShardRef, lock: ShardLock, now: datetime
+    ) -> tuple[datetime, datetime] | None:
+        """The latest tick at or before `now` of a job of shard Lease `ref` (registered here
+        or not) that the Lease does not record yet and that can still start, with its
+        start-by; None when there is none."""
+        shards = self.state().shards
+        jobs = [e.job for e in self._of_shard(ref)]
+        jobs += [j for j in self._foreign.values() if self._foreign_ref(j.name, shards) == ref]
+        found: tuple[datetime, datetime] | None = None
+        for job in jobs:
+            schedule = job.spec.parsed_schedule
+            due = schedule.latest_at_or_before(now) if schedule is not None else None
+            if due is None or job.spec.suspend:
+                continue
+            start_by = due + job.spec.starting_deadline
+            if start_by > now and not lock.taken(due) and (found is None or due > found[0]):
+                found = (due, start_by)
+        return found
 
     def note_foreign(self, job: ScheduledJob) -> None:
         """A once-per-tick job of the group whose handler is not registered here: this replica
@@ -566,6 +607,7 @@ class ShardTicks:
             if settled is not None and not settled.done():
                 settled.set_result(None)
             others = [e for e in self._of_shard(ref) if e not in due]
+            marks = await self._first_claim_marks(grant, [*due, *others])
             _log.debug(
                 "shard instant claimed",
                 lease=ref.lease,
@@ -574,8 +616,13 @@ class ShardTicks:
                 jobs=len(due),
             )
             await asyncio.gather(
-                *(self._run_due(e, grant, catch_up=catch_up.get(e.job.name, False)) for e in due),
-                *(self._run_overtaken(e, grant) for e in others),
+                *(
+                    self._run_due(
+                        e, grant, catch_up=catch_up.get(e.job.name, False), mark=marks.get(e)
+                    )
+                    for e in due
+                ),
+                *(self._run_overtaken(e, grant, mark=marks.get(e)) for e in others),
                 *((also(grant),) if also is not None else ()),
             )
             # atLeastFor: the grant is kept at least that long after its instant.
@@ -584,15 +631,62 @@ class ShardTicks:
             if left > 0 and grant.held:
                 await grant.lost.wait_async(left)
 
-    async def _run_due(self, entry: _Entry, grant: Grant, *, catch_up: bool) -> None:
+    async def _first_claim_marks(
+        self, grant: Grant, entries: list[_Entry]
+    ) -> dict[_Entry, datetime]:
+        """For a claim that replaced no instant (its shard Lease is new: the shard count
+        changed, the Lease was deleted, or the group record was made for existing jobs), the
+        newest instant known claimed per job, which its catch-up is planned from instead of
+        its creation: the group record's floor tick, the job's newest run here, else its
+        newest JobRun (one read, only for a job with ticks in between). A job whose records
+        cannot be read gets the claimed instant: nothing older is run or recorded Missed (the
+        operator alarms a tick that has no record)."""
+        if grant.replaced_tick is not None:
+            return {}
+        floor = self.state().floor_tick
+        marks: dict[_Entry, datetime] = {}
+        unsure: list[_Entry] = []
+        for entry in entries:
+            schedule = entry.job.spec.parsed_schedule
+            known = [t for t in (floor, entry.ran, entry.not_before) if t is not None]
+            if schedule is None:
+                continue
+            if known and schedule.next_after(max(known)) >= grant.tick:
+                marks[entry] = max(known)
+            else:
+                unsure.append(entry)
+        gate = asyncio.Semaphore(_MARK_READS)
+
+        async def read(entry: _Entry) -> None:
+            try:
+                async with gate:
+                    recorded = await self._services.recorder.newest_tick(entry.job.name)
+            except KubeError as e:
+                _log.warning(
+                    "a new shard Lease's job records unreadable; no catch-up for its claim",
+                    job=entry.job.name,
+                    error=repr(e),
+                )
+                marks[entry] = grant.tick
+                return
+            known = [t for t in (floor, entry.ran, recorded) if t is not None]
+            if known:
+                marks[entry] = max(known)
+
+        await asyncio.gather(*(read(e) for e in unsure))
+        return marks
+
+    async def _run_due(
+        self, entry: _Entry, grant: Grant, *, catch_up: bool, mark: datetime | None
+    ) -> None:
         services, job, instant = self._services, entry.job, grant.tick
         schedule = job.spec.parsed_schedule
         assert schedule is not None
         plan = plan_claimed(
             schedule,
             claimed=instant,
-            previous=grant.replaced_tick,
-            previous_ran=not grant.replaced_unrun,
+            previous=grant.replaced_tick or mark,
+            previous_ran=grant.replaced_tick is None or not grant.replaced_unrun,
             not_before=entry.not_before,
             catch_up=job.spec.catch_up.policy,
             max_ticks=job.spec.catch_up.max_ticks,
@@ -607,7 +701,7 @@ class ShardTicks:
             plan = TickPlan(claimed=instant, run=(instant, *older), missed=plan.missed)
         await self._start(entry, plan, grant, start_by=None if catch_up else instant)
 
-    async def _run_overtaken(self, entry: _Entry, grant: Grant) -> None:
+    async def _run_overtaken(self, entry: _Entry, grant: Grant, *, mark: datetime | None) -> None:
         """A job of the shard not due at the claimed instant: its ticks since the instant the
         claim replaced are ours to run or record (nobody can claim them any more)."""
         services, job = self._services, entry.job
@@ -617,8 +711,8 @@ class ShardTicks:
         plan = plan_overtaken(
             schedule,
             instant=grant.tick,
-            previous=grant.replaced_tick,
-            previous_ran=not grant.replaced_unrun,
+            previous=grant.replaced_tick or mark,
+            previous_ran=grant.replaced_tick is None or not grant.replaced_unrun,
             not_before=entry.not_before,
             now=services.clock.now(),
             starting_deadline=job.spec.starting_deadline,
@@ -656,6 +750,8 @@ class ShardTicks:
     ) -> None:
         if entry.stopped:
             return
+        newest = max((plan.claimed, *plan.run, *plan.missed))
+        entry.ran = newest if entry.ran is None else max(entry.ran, newest)
         if not plan.run:
             # Nothing to run: the records only; the job's running run (if any) stays its own.
             await self._services.record_missed(
@@ -695,6 +791,7 @@ class ShardTicks:
     ) -> None:
         services = self._services
         deadline = job.spec.starting_deadline
+        new_lease = grant.replaced_tick is None
 
         def start_by_of(tick: datetime) -> datetime | None:
             if tick == plan.claimed and start_by is not None:
@@ -713,10 +810,12 @@ class ShardTicks:
                 control,
                 fence=fence,
                 # The claimed instant's record follows the start; a catch-up or overtaken
-                # tick's is created first (a RunLocally replica may have run it unguarded).
+                # tick's is created first (a RunLocally replica may have run it unguarded),
+                # and so is every tick claimed on a new shard Lease (the high-water mark went
+                # with the old one: the tick's record says whether it ran).
                 record=lambda t: (
                     RecordMode.DEFERRED
-                    if t == plan.claimed and start_by is not None
+                    if t == plan.claimed and start_by is not None and not new_lease
                     else RecordMode.GUARDED
                 ),
                 observe_lag=lambda t: t == plan.claimed and start_by is not None,

@@ -15,7 +15,8 @@ from test_records import FakeJobRuns, operator_missed
 from leasecron.kube.errors import Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import FakeClock
-from leasecron.models.specs import Outcome, validate_resource
+from leasecron.models.names import jobrun_name
+from leasecron.models.specs import Attempt, Outcome, validate_resource
 from leasecron.runtime import _deferred
 from leasecron.runtime._records import Recorder
 from leasecron.testing.handlers import scheduled_job
@@ -197,3 +198,44 @@ def test_a_record_whose_job_was_deleted_meanwhile_is_not_retried_forever() -> No
         return await rec.flush(timeout=3) and rec.backlog == 0
 
     assert asyncio.run(scenario())
+
+
+class SlowProgressJobRuns(CountingJobRuns):
+    """Holds a progress patch (outcome Running) on the wire until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_wire = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def patch_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        if patch["status"]["outcome"] == "Running":
+            self.on_wire.set()
+            await self.release.wait()
+        return await super().patch_status(namespace=namespace, name=name, patch=patch)
+
+
+def test_a_run_that_ends_while_its_progress_patch_is_on_the_wire_is_written_final_last() -> None:
+    store = SlowProgressJobRuns()
+    failed = Attempt(start=TICK, end=TICK, outcome=Outcome.FAILED, message="boom")
+
+    async def scenario() -> None:
+        rec = recorder(store)
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=7, now=TICK)
+        assert run is not None
+        assert await rec.deferred.written(run, timeout=5)
+        rec.deferred.progress(run, attempts=(failed,), message="retrying")
+        await store.on_wire.wait()
+        later = TICK + timedelta(minutes=1)  # another run's record, so more writers go
+        assert rec.deferred.start(JOB, tick=later, holder="a", token=8, now=later) is not None
+        rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)
+        await asyncio.sleep(0.2)  # a second writer, if any, takes the final patch now
+        store.release.set()
+        assert await rec.flush(timeout=5)
+
+    asyncio.run(scenario())
+    ours = [w for w in store.writes if w != "create Running"]
+    assert ours == ["patch Running", "patch Succeeded"]
+    assert store.items[jobrun_name("report", TICK)]["status"]["outcome"] == "Succeeded"
