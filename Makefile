@@ -82,9 +82,10 @@ bench: venv controlplane
 	$(BIN)/leasecron bench guards --replicas 5 --ticks 30 --json
 	$(BIN)/leasecron bench requests --replicas 3 --requests 20 --json
 
-# The image's dependency lock (hashes, every platform); LOCK_ARGS=--upgrade moves the pins.
+# The image's dependency lock (hashes, every platform); LOCK_ARGS=--upgrade moves the pins. The
+# fencing extra is in it for the example app (its ledger writes through leasecron.fencing).
 lock: venv
-	$(BIN)/uv pip compile pyproject.toml --extra operator --universal --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --extra operator --extra fencing --universal --python-version 3.11 \
 	  --generate-hashes --custom-compile-command "make lock" -q $(LOCK_ARGS) -o requirements/image.txt
 	$(BIN)/uv pip compile requirements/build.in --universal --python-version 3.11 \
 	  --generate-hashes --custom-compile-command "make lock" -q $(LOCK_ARGS) -o requirements/build.txt
