@@ -45,12 +45,19 @@ _PLUGIN_COMMANDS = (
 # command name -> the top-level modules it imports that only an extra installs
 _NEEDS: dict[str, tuple[str, ...]] = {
     "operator": ("kopf",),
-    "demo": ("cryptography",),
+    "demo": ("cryptography", "sqlalchemy"),
     "cluster": ("cryptography",),
     "bench": ("cryptography", "kopf"),
 }
 # optional top-level module -> the extra that installs it
-EXTRA_OF: dict[str, str] = {"kopf": "operator", "cryptography": "testing", "pytest": "testing"}
+EXTRA_OF: dict[str, str] = {
+    "kopf": "operator",
+    "cryptography": "testing",
+    "pytest": "testing",
+    "sqlalchemy": "fencing",
+    "psycopg": "fencing",
+    "redis": "fencing",
+}
 
 
 def _missing_modules(modules: tuple[str, ...]) -> list[str]:
