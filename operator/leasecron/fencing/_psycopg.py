@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leasecron.fencing._columns import check_upsert
 from leasecron.fencing._outcomes import (
     Check,
     Claim,
@@ -32,6 +33,7 @@ from leasecron.fencing._runs import FencingError, RunLike, run_ref
 from leasecron.fencing._schema import FENCES_TABLE, RUNS_TABLE, TOKEN_COLUMN
 
 STORE = "postgresql"
+_INTEGER_TYPES = frozenset({"bigint", "integer", "smallint"})
 _COLUMNS: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, dict[str, str]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -153,27 +155,8 @@ def _check_columns(
     token_column: str,
 ) -> None:
     columns = _columns(conn, table)
-    if token_column not in columns:
-        raise FencingError(
-            f"table {table!r} has no token column {token_column!r}: add a BIGINT column "
-            f"(leasecron.fencing.token_column_sql({table!r})) or pass token_column= with "
-            "the one it has"
-        )
-    if columns[token_column] not in ("bigint", "integer", "smallint"):
-        raise FencingError(
-            f"token column {table}.{token_column} must be an integer type, "
-            f"got {columns[token_column]}"
-        )
-    if not key:
-        raise FencingError(f"key must name at least one column of {table!r}, got {{}}")
-    for field, names in (("key", key), ("values", values)):
-        for name in names:
-            if name not in columns:
-                raise FencingError(f"{field} names {name!r}, not a column of {table!r}")
-            if name == token_column:
-                raise FencingError(
-                    f"{token_column!r} is the token column: the helper writes it, leave it out"
-                )
+    integers = [name for name, kind in columns.items() if kind in _INTEGER_TYPES]
+    check_upsert(table, columns, integers, key=key, values=values, token_column=token_column)
 
 
 def _columns(conn: psycopg.Connection[Any], table: str) -> dict[str, str]:
