@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from leasecron.fencing._columns import check_upsert
 from leasecron.fencing._outcomes import (
     Check,
     Claim,
@@ -30,8 +31,34 @@ from leasecron.fencing._outcomes import (
     refused,
 )
 from leasecron.fencing._runs import FencingError, RunLike, run_ref
-from leasecron.fencing._schema import TOKEN_COLUMN
-from leasecron.fencing._sqltables import FENCES, RUNS, table_of, upsert_columns
+from leasecron.fencing._schema import TOKEN_COLUMN, fencing_tables
+
+RUNS, FENCES = fencing_tables(sa.MetaData())
+
+
+def table_of(table: Any) -> sa.Table:
+    """The `Table` of `table`: a `Table` itself or an ORM-mapped class."""
+    if isinstance(table, sa.Table):
+        return table
+    mapped = getattr(table, "__table__", None)
+    if isinstance(mapped, sa.Table):
+        return mapped
+    raise FencingError(f"table must be a sqlalchemy Table or an ORM-mapped class, got {table!r}")
+
+
+def upsert_columns(
+    table: sa.Table,
+    *,
+    key: Mapping[str, Any],
+    values: Mapping[str, Any],
+    token_column: str,
+) -> sa.Column[Any]:
+    """Check the columns of a fenced upsert into `table` and return its token column."""
+    columns = {column.name: str(column.type) for column in table.columns}
+    integers = [c.name for c in table.columns if isinstance(c.type, sa.Integer)]
+    check_upsert(table.name, columns, integers, key=key, values=values, token_column=token_column)
+    return table.c[token_column]
+
 
 Db = Session | sa.Connection
 """Where the statements run: the caller's transaction."""

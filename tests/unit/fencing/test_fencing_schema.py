@@ -18,7 +18,7 @@ from leasecron.fencing import (
     fencing_tables,
     token_column_sql,
 )
-from leasecron.fencing._sqltables import table_of, upsert_columns
+from leasecron.fencing._sqlalchemy import table_of, upsert_columns
 
 metadata = sa.MetaData()
 invoices = sa.Table(
