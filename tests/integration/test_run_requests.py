@@ -360,6 +360,24 @@ def test_a_pickup_whose_reply_was_lost_is_read_back_and_run_once(
     assert run["status"]["outcome"] == "Succeeded"
 
 
+def test_a_finished_runs_outcome_that_meets_a_503_is_written_later_never_left_running(
+    kubeconfig: Path, kube_api: Any, namespace: str, yearly: tuple[str, int]
+) -> None:
+    job, _ = yearly
+    capture = CapturingHandler()
+    with replicas(kubeconfig, namespace, capture, count=1, handler=job) as [replica]:
+        assert replica.kube is not None
+        # The pickup patch goes through; the outcome's patch is refused once.
+        refused = Fault(verb="patch", resource="jobruns", action="fail", after=1, times=1)
+        with fault_plan(replica.kube).injected(refused) as rule:
+            result = cli(kubeconfig, namespace, "run", job, "--wait", "--timeout", "30")
+        assert result.exit_code == 0, result.output
+        assert rule.hits == 1
+    [ctx] = capture.contexts
+    run = jobrun(kube_api, namespace, jobrun_name(job, ctx.tick))
+    assert run["status"]["outcome"] == "Succeeded"
+
+
 def test_requests_never_take_a_shard_mates_tick_that_is_due_and_not_claimed_yet(
     kube_api: Any, namespace: str, leasecron_crds: list[str]
 ) -> None:

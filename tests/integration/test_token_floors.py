@@ -6,6 +6,7 @@ its ScheduledJob deleted and applied again)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from operator_helpers import (
     poll,
 )
 
+from leasecron import Scheduler
 from leasecron.coordination.floors import (
     FLOORS_LEASE,
     record_floor,
@@ -35,7 +37,9 @@ from leasecron.coordination.floors import (
 from leasecron.kube.clients import Kube
 from leasecron.models.leases import format_micro_time
 from leasecron.models.specs import JobRun, Outcome
+from leasecron.runtime import Tuning
 from leasecron.testing.faults import ENV_VAR, Fault
+from leasecron.testing.handlers import CapturingHandler
 
 T = TypeVar("T")
 FINALIZER = "leasecron.dev/token-floor"
@@ -308,3 +312,45 @@ def test_a_deletion_waits_only_a_bounded_time_when_the_floor_cannot_be_recorded(
         )
         assert "token floor not recorded" in operator.log_path.read_text()
     assert floors_annotations(kube_api, namespace) == {}
+
+
+def test_a_job_moved_to_another_group_keeps_its_tokens_rising(
+    kube_api: ApiClient, namespace: str, start_operator: StartOperator
+) -> None:
+    """The other group's shard Leases were made before the job ran many ticks, so they have
+    handed out fewer tokens than the job has seen: the job's first claim there goes above the
+    token its status records."""
+    kube = Kube(kube_api, max_workers=4)
+    fast = Tuning(member_duration_s=3, member_renew_every=1.0)
+    before, after = CapturingHandler(), CapturingHandler()
+    with start_operator(), contextlib.ExitStack() as stack:
+        other = Scheduler(namespace=namespace, kube=kube, tuning=fast, group="other")
+        other.register("moving", after)
+        other.start()  # its group record and shard Leases are made now, at low tokens
+        stack.callback(other.stop)
+        apply_job(kube_api, namespace, "moving", schedule="@every 1s")
+        first = Scheduler(namespace=namespace, kube=kube, tuning=fast)
+        first.register("moving", before)
+        first.start()
+        try:
+            assert before.wait_calls(6)
+        finally:
+            first.stop()
+        highest = max(ctx.token for ctx in before.contexts)
+        poll(
+            lambda: (
+                (
+                    (get_job(kube_api, namespace, "moving").get("status") or {}).get("lastRun")
+                    or {}
+                ).get("fencingToken")
+                == highest
+            ),
+            timeout=20,
+            what="the last token in the job's status",
+        )
+        CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "scheduledjobs", "moving", {"spec": {"group": "other"}}
+        )
+        assert after.wait_calls(2)
+    tokens = [ctx.token for ctx in after.contexts]
+    assert min(tokens) > highest, (highest, tokens)

@@ -105,6 +105,13 @@ class DeferredRecords:
         self._pending.add(entry)
         self._queue(entry)
 
+    def patched(self, final: JobRun) -> None:
+        """Queue the final status of a run whose record exists already (created on the
+        start path) and whose patch did not land: retried until it does."""
+        entry = DeferredRun(run=final, job_uid=None, final=final, created=True)
+        self._pending.add(entry)
+        self._queue(entry)
+
     def finish(
         self,
         entry: DeferredRun,

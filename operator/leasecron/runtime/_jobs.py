@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from leasecron._logs import get_logger
+from leasecron.coordination.floors import highest_token
 from leasecron.kube.watches import WatchEvent
 from leasecron.models.specs import Bucket, ScheduledJob, SpecError
 from leasecron.runtime._invoke import StopReason
@@ -129,6 +130,7 @@ class JobTable:
             self._reported.pop(name, None)
             self.set_desired(name, None)
         else:
+            self.shard_ticks.note_token(name, highest_token(job=name, scheduled_job=event.obj))
             self.set_desired(name, self._wanted(event.obj))
 
     def resync(self, objects: list[dict[str, Any]]) -> None:
@@ -137,6 +139,7 @@ class JobTable:
         for obj in objects:
             name = str((obj.get("metadata") or {}).get("name") or "")
             seen.add(name)
+            self.shard_ticks.note_token(name, highest_token(job=name, scheduled_job=obj))
             self.set_desired(name, self._wanted(obj))
         for name in set(self._desired) - seen:
             self.set_desired(name, None)

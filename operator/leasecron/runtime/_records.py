@@ -283,16 +283,21 @@ class Recorder:
         message: str,
         attempts: tuple[Attempt, ...] | None = None,
     ) -> None:
-        """Patch the run's final status; logged, not raised, when it cannot be written."""
+        """Patch the run's final status; when it cannot be written now, the records writer
+        (`deferred`) retries it until it lands: a finished run never stays Running."""
         finished = run.finish(
             outcome=outcome, end=self._clock.now(), message=message, attempts=attempts
         )
         try:
             await self.patch_final(finished)
-        except KubeError as e:
-            _log.warning(
-                "JobRun outcome not written", jobrun=run.name, outcome=outcome, error=repr(e)
+        except (KubeError, TimeoutError) as e:
+            _log.info(
+                "JobRun outcome not written yet; retrying off the run path",
+                jobrun=run.name,
+                outcome=outcome,
+                error=repr(e),
             )
+            self.deferred.patched(finished)
 
     async def progress(self, run: JobRun, *, attempts: tuple[Attempt, ...], message: str) -> None:
         """Patch a retried run's attempts so far (still Running); logged, not raised, when it

@@ -135,6 +135,9 @@ class ShardTicks:
         """Per shard Lease: settled once this replica's claim of its latest instant is."""
         self._group: GroupRecord | None = None
         self._group_started: asyncio.Task[GroupState] | None = None
+        self._tokens: dict[str, int] = {}
+        """Per job: the highest fencing token its ScheduledJob's status records (a token of
+        another shard Lease, another group's, or a guard's): its next claim goes above it."""
 
     # --- the group record -------------------------------------------------------------------
 
@@ -253,6 +256,7 @@ class ShardTicks:
         while True:
             instant = clock.now()
             pending = self._unclaimed_due(ref, lock, instant)
+            above = self._above([job.name])
             if pending is not None:
                 # A shard-mate's tick is due and nobody claimed it yet: a claim of `instant`
                 # would take it from the replica due to run it. Wait until it is claimed, or
@@ -262,7 +266,7 @@ class ShardTicks:
                     return Skipped(SKIP_DEADLINE)
                 await lock.wait_taken(pending[0], timeout=left)
                 continue
-            result = await lock.try_claim(instant)
+            result = await lock.try_claim(instant, above=above)
             if isinstance(result, Grant):
                 await self._hold_and_run(lock, ref, result, [], {}, also=body)
                 return result
@@ -293,6 +297,15 @@ class ShardTicks:
             if start_by > now and not lock.taken(due) and (found is None or due > found[0]):
                 found = (due, start_by)
         return found
+
+    def note_token(self, name: str, token: int) -> None:
+        """The highest token on record for job `name` (its status.lastRun): a job keeps one
+        token sequence for life, whichever Lease claimed its earlier ticks."""
+        if token > self._tokens.get(name, 0):
+            self._tokens[name] = token
+
+    def _above(self, names: Iterable[str]) -> int:
+        return max((self._tokens.get(name, 0) for name in names), default=0)
 
     def note_foreign(self, job: ScheduledJob) -> None:
         """A once-per-tick job of the group whose handler is not registered here: this replica
@@ -542,7 +555,10 @@ class ShardTicks:
         lagged = False
         pause = tuning.claim_retry
         stagger = 0.0 if lock.holding() else rank * tuning.claim_step
-        result = await lock.try_claim(instant, stagger=stagger, starting_deadline=claim_deadline)
+        above = self._above(e.job.name for e in due)
+        result = await lock.try_claim(
+            instant, stagger=stagger, starting_deadline=claim_deadline, above=above
+        )
         while isinstance(result, Skipped) and result.reason in _RETRIED:
             left = (give_up - clock.now()).total_seconds()
             if result.unreachable:
@@ -569,7 +585,7 @@ class ShardTicks:
                 pause = min(pause * 2, 2.0)
             stagger = 0.0 if lock.holding() else rank * tuning.claim_step
             result = await lock.try_claim(
-                instant, stagger=stagger, starting_deadline=claim_deadline
+                instant, stagger=stagger, starting_deadline=claim_deadline, above=above
             )
         return result
 
