@@ -360,6 +360,26 @@ def test_a_pickup_whose_reply_was_lost_is_read_back_and_run_once(
     assert run["status"]["outcome"] == "Succeeded"
 
 
+def test_a_pickup_whose_reply_and_read_backs_are_lost_is_read_until_known_and_run(
+    kubeconfig: Path, kube_api: Any, namespace: str, yearly: tuple[str, int]
+) -> None:
+    job, _ = yearly
+    capture = CapturingHandler()
+    with replicas(kubeconfig, namespace, capture, count=1, handler=job) as [replica]:
+        assert replica.kube is not None
+        lost = Fault(verb="patch", resource="jobruns", action="lose_reply", times=1)
+        unread = Fault(verb="get", resource="jobruns", action="fail", times=6)
+        plan = fault_plan(replica.kube)
+        with plan.injected(lost) as lost_rule, plan.injected(unread) as unread_rule:
+            result = cli(kubeconfig, namespace, "run", job, "--wait", "--timeout", "40")
+        assert result.exit_code == 0, result.output
+        assert (lost_rule.hits, unread_rule.hits) == (1, 6)
+    [ctx] = capture.contexts
+    assert jobrun(kube_api, namespace, jobrun_name(job, ctx.tick))["status"]["outcome"] == (
+        "Succeeded"
+    )
+
+
 def test_a_finished_runs_outcome_that_meets_a_503_is_written_later_never_left_running(
     kubeconfig: Path, kube_api: Any, namespace: str, yearly: tuple[str, int]
 ) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 from leasecron._logs import get_logger
 from leasecron.coordination import Grant
 from leasecron.kube._caches import ObjectCache
-from leasecron.kube.errors import Conflict, KubeError, NotFound, OutcomeUnknown
+from leasecron.kube.errors import Conflict, KubeError, NotFound, OutcomeUnknown, Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.kube.watches import Informer, WatchEvent, backoff_delays
 from leasecron.models.decisions import rendezvous_rank
@@ -288,14 +288,20 @@ class RequestPickup:
         return False
 
     async def _read_back(self, name: str) -> dict[str, Any] | None:
+        """The request as stored, read until the store answers: a pickup whose outcome is
+        not known may have made it Running under this replica, and only a read tells
+        whether it is this replica's to run (never left Running unrun). None when it is
+        gone."""
         delays = backoff_delays(first=0.2, cap=2.0)
-        for _ in range(_READ_BACKS):
+        while True:
             try:
                 return await self._store.get(namespace=self._services.namespace, name=name)
-            except KubeError as e:
+            except (Unavailable, OutcomeUnknown, TimeoutError) as e:
                 _log.warning("run request not read back; retrying", request=name, error=repr(e))
                 await asyncio.sleep(next(delays))
-        return None
+            except KubeError as e:
+                _log.error("run request cannot be read back", request=name, error=repr(e))
+                return None
 
     async def _run(
         self,
