@@ -263,8 +263,8 @@ def operator_bench(jobs: int, json_output: bool) -> None:
 
 
 @bench.command("fencing")
-@click.option("--writes", default=2000, show_default=True, help="Upserts per method and round.")
-@click.option("--rounds", default=5, show_default=True, help="Rounds (the median is shown).")
+@click.option("--writes", default=500, show_default=True, help="Upserts per method and round.")
+@click.option("--rounds", default=20, show_default=True, help="Rounds (the median is shown).")
 @click.option(
     "--url",
     envvar="LEASECRON_BENCH_POSTGRES_URL",

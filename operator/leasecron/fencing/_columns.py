@@ -9,7 +9,7 @@ the statement runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from leasecron.fencing._runs import FencingError
@@ -18,7 +18,7 @@ from leasecron.fencing._runs import FencingError
 def check_upsert(
     table: str,
     columns: Mapping[str, str],
-    integers: Iterable[str],
+    integers: Collection[str],
     *,
     key: Mapping[str, Any],
     values: Mapping[str, Any],
@@ -32,7 +32,7 @@ def check_upsert(
             f"(leasecron.fencing.token_column_sql({table!r})) or pass token_column= with "
             "the one it has"
         )
-    if token_column not in set(integers):
+    if token_column not in integers:
         raise FencingError(
             f"token column {table}.{token_column} must be an integer type, "
             f"got {columns[token_column]}"

@@ -34,9 +34,9 @@ from leasecron.fencing._schema import FENCES_TABLE, RUNS_TABLE, TOKEN_COLUMN
 
 STORE = "postgresql"
 _INTEGER_TYPES = frozenset({"bigint", "integer", "smallint"})
-_COLUMNS: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, dict[str, str]]] = (
-    weakref.WeakKeyDictionary()
-)
+_COLUMNS: weakref.WeakKeyDictionary[
+    psycopg.Connection[Any], dict[str, tuple[dict[str, str], frozenset[str]]]
+] = weakref.WeakKeyDictionary()
 
 _STATEMENTS: weakref.WeakKeyDictionary[
     psycopg.Connection[Any], dict[tuple[str, tuple[str, ...], tuple[str, ...], str], str]
@@ -154,13 +154,13 @@ def _check_columns(
     values: Mapping[str, Any],
     token_column: str,
 ) -> None:
-    columns = _columns(conn, table)
-    integers = [name for name, kind in columns.items() if kind in _INTEGER_TYPES]
+    columns, integers = _columns(conn, table)
     check_upsert(table, columns, integers, key=key, values=values, token_column=token_column)
 
 
-def _columns(conn: psycopg.Connection[Any], table: str) -> dict[str, str]:
-    """Column name -> type of `table`, read from the catalog once per connection."""
+def _columns(conn: psycopg.Connection[Any], table: str) -> tuple[dict[str, str], frozenset[str]]:
+    """`table`'s column name -> type, and its integer columns, read from the catalog once per
+    connection."""
     known = _COLUMNS.setdefault(conn, {})
     if table not in known:
         rows = conn.execute(
@@ -170,5 +170,7 @@ def _columns(conn: psycopg.Connection[Any], table: str) -> dict[str, str]:
         ).fetchall()
         if not rows:
             raise FencingError(f"table {table!r} does not exist (or has no columns)")
-        known[table] = {str(name): str(kind) for name, kind in rows}
+        columns = {str(name): str(kind) for name, kind in rows}
+        integers = frozenset(n for n, kind in columns.items() if kind in _INTEGER_TYPES)
+        known[table] = (columns, integers)
     return known[table]

@@ -13,6 +13,7 @@ already loaded in the session (expire them if the same transaction reads them ba
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +35,10 @@ from leasecron.fencing._runs import FencingError, RunLike, run_ref
 from leasecron.fencing._schema import TOKEN_COLUMN, fencing_tables
 
 RUNS, FENCES = fencing_tables(sa.MetaData())
+_SHAPES: weakref.WeakKeyDictionary[sa.Table, tuple[dict[str, str], frozenset[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each table's columns and its integer columns, read once."""
 
 
 def table_of(table: Any) -> sa.Table:
@@ -54,8 +59,12 @@ def upsert_columns(
     token_column: str,
 ) -> sa.Column[Any]:
     """Check the columns of a fenced upsert into `table` and return its token column."""
-    columns = {column.name: str(column.type) for column in table.columns}
-    integers = [c.name for c in table.columns if isinstance(c.type, sa.Integer)]
+    known = _SHAPES.get(table)
+    if known is None:
+        columns = {column.name: str(column.type) for column in table.columns}
+        integers = frozenset(c.name for c in table.columns if isinstance(c.type, sa.Integer))
+        known = _SHAPES[table] = (columns, integers)
+    columns, integers = known
     check_upsert(table.name, columns, integers, key=key, values=values, token_column=token_column)
     return table.c[token_column]
 
