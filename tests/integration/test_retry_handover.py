@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from leasecron.testing import ChildProcess
 from leasecron.testing.handlers import run_tick_sync, scheduled_job
 
 GROUP_NAME = "handover"
+LONG_BACKOFF = 15
+"""Seconds of a back-off longer than the operator takes to hand a run over (the dead
+holder's shard grant expires first, 10 s)."""
 REPLICA = """
 import sys
 from leasecron.runtime import Scheduler, Tuning
@@ -69,6 +73,10 @@ def attempts_in(tmp_path: Path, identity: str) -> list[tuple[str, int, int]]:
     return [(m[1], int(m[2]), int(m[3])) for m in found if m]
 
 
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def jobruns(api: Any, namespace: str) -> list[dict[str, Any]]:
     listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, VERSION, namespace, JOBRUN_PLURAL, label_selector="leasecron.dev/job=flaky"
@@ -94,6 +102,8 @@ def handed_over_and_finished(
     kubeconfig: Path,
     tmp_path: Path,
     start_operator: StartOperator,
+    *,
+    backoff: int = 3,
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """Two replicas and the operator; the holder of the first run is killed during its
     back-off. The run as it was then, as it ended, and the killed holder's identity."""
@@ -103,7 +113,7 @@ def handed_over_and_finished(
         "flaky",
         group=GROUP_NAME,
         schedule="@every 20s",
-        retry={"limit": 2, "backoff": "3s"},
+        retry={"limit": 2, "backoff": f"{backoff}s"},
         lock={"atMostFor": "3s"},
         startingDeadline="10s",
     )
@@ -138,7 +148,7 @@ def test_a_holder_killed_during_the_back_off_hands_the_retry_to_another_replica(
     start_operator: StartOperator,
 ) -> None:
     before, after, dead = handed_over_and_finished(
-        kube_api, namespace, kubeconfig, tmp_path, start_operator
+        kube_api, namespace, kubeconfig, tmp_path, start_operator, backoff=LONG_BACKOFF
     )
     other = "r2" if dead == "r1" else "r1"
     status = after["status"]
@@ -149,6 +159,9 @@ def test_a_holder_killed_during_the_back_off_hands_the_retry_to_another_replica(
     assert after["spec"]["fencingToken"] > before["spec"]["fencingToken"]
     assert after["metadata"]["labels"]["leasecron.dev/trigger"] == "Retry"
     assert after["spec"].get("trigger") == before["spec"].get("trigger")
+    # The handed-over attempt kept its back-off after the failed one.
+    failed, retried = (parse_time(status["attempts"][i][k]) for i, k in ((0, "end"), (1, "start")))
+    assert retried - failed >= timedelta(seconds=LONG_BACKOFF), (failed, retried)
     tick = before["spec"]["tick"].replace("Z", "+00:00")
     ran = [
         (who, a, t) for who in ("r1", "r2") for (k, a, t) in attempts_in(tmp_path, who) if k == tick

@@ -37,11 +37,13 @@ HANDED_OVER = (Outcome.FAILED, Outcome.TIMED_OUT)
 
 @dataclass(frozen=True, kw_only=True)
 class Handover:
-    """The next attempt of a run, and the instant by which it must have started."""
+    """The next attempt of a run: not before `at` (the back-off after the last attempt) and
+    started by `until`."""
 
     attempt: int
     last: Attempt
     until: datetime
+    at: datetime
 
 
 def next_retry(
@@ -61,10 +63,11 @@ def next_retry(
     if last.outcome not in HANDED_OVER or last.end is None or len(attempts) > retry.limit:
         return None
     attempt = len(attempts) + 1
-    until = last.end + retry.delay(attempt) + starting_deadline
+    at = last.end + retry.delay(attempt)
+    until = at + starting_deadline
     if policy is not ConcurrencyPolicy.ALLOW and schedule is not None and tick is not None:
         until = min(until, schedule.next_after(tick))
-    return Handover(attempt=attempt, last=last, until=until)
+    return Handover(attempt=attempt, last=last, until=until, at=at)
 
 
 def is_retry_request(obj: Mapping[str, Any]) -> bool:

@@ -45,7 +45,7 @@ from leasecron.kube.errors import Conflict, KubeError, NotFound, OutcomeUnknown,
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.kube.watches import Informer, WatchEvent, backoff_delays
 from leasecron.models.decisions import rendezvous_rank
-from leasecron.models.handover import next_retry
+from leasecron.models.handover import Handover, next_retry
 from leasecron.models.requests import REQUEST_SELECTOR, Request, pickup_patch, read_request
 from leasecron.models.specs import Bucket, JobRun, JobRunSpec, ScheduledJob, SpecError
 from leasecron.runtime._invoke import RunControl, StopReason
@@ -73,8 +73,14 @@ def _created(obj: dict[str, Any]) -> datetime | None:
 
 def retry_bound(job: ScheduledJob, request: Request) -> datetime | None:
     """When a handed-over retry must have started by (None: none is owed)."""
+    handover = owed_retry(job, request)
+    return handover.until if handover is not None else None
+
+
+def owed_retry(job: ScheduledJob, request: Request) -> Handover | None:
+    """The retry a handed-over run is owed: its attempt, its back-off and its bound."""
     spec = job.spec
-    handover = next_retry(
+    return next_retry(
         attempts=request.attempts,
         retry=spec.retry,
         tick=request.tick,
@@ -82,7 +88,6 @@ def retry_bound(job: ScheduledJob, request: Request) -> datetime | None:
         policy=spec.concurrency_policy,
         starting_deadline=spec.starting_deadline,
     )
-    return handover.until if handover is not None else None
 
 
 def job_lookup(jobs: ObjectCache, services: Services) -> JobLookup:
@@ -224,10 +229,16 @@ class RequestPickup:
         made = request.created or services.clock.now()
         give_up = max(made + job.spec.starting_deadline, services.clock.now())
         if request.retry:
-            due = retry_bound(job, request)
-            if due is None or due <= services.clock.now():
+            owed = owed_retry(job, request)
+            if owed is None or owed.until <= services.clock.now():
                 return
-            give_up = due
+            give_up = owed.until
+            # Its back-off first: the attempt starts no sooner than on the vanished holder.
+            wait = (owed.at - services.clock.now()).total_seconds()
+            if wait > 0 and await self.informer.wait_for(
+                lambda: not self._still_pending(name), timeout=wait
+            ):
+                return
         result = await self._ticks.claim_request(
             job,
             wanted=functools.partial(self._still_pending, name),
