@@ -152,6 +152,7 @@ def _engine(url: str) -> sa.Engine:
     @sa.event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _: Any) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN, below
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")  # readers never block writers
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
@@ -170,11 +171,8 @@ class Ledger:
         self._engine = _engine(self.url)
 
     def create(self, *, fresh: bool = False) -> Ledger:
-        """Create the tables (SQLite: WAL mode, so readers never block writers) and seed the
-        customers; `fresh` drops the ledger's own tables first (nothing else)."""
-        if self.url.startswith("sqlite"):
-            with self._engine.connect() as c:
-                c.exec_driver_sql("PRAGMA journal_mode=WAL")
+        """Create the tables and seed the customers; `fresh` drops the ledger's own tables
+        first (nothing else)."""
         with self._engine.begin() as db:
             if fresh:
                 _metadata.drop_all(db)
