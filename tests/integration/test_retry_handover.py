@@ -6,6 +6,7 @@ each retry is recorded Running before its handler starts."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import signal
 import sys
@@ -30,9 +31,10 @@ LONG_BACKOFF = 15
 holder's shard grant expires first, 10 s)."""
 REPLICA = """
 import sys
+import time
 from leasecron.runtime import Scheduler, Tuning
 
-namespace, identity = sys.argv[1:3]
+namespace, identity, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
 scheduler = Scheduler(
     "handover", namespace=namespace, identity=identity, grace_period=1.0,
     tuning=Tuning(member_duration_s=2, member_renew_every=0.5),
@@ -40,22 +42,28 @@ scheduler = Scheduler(
 
 def flaky(ctx):
     print(f"attempt {ctx.tick.isoformat()} {ctx.attempt} {ctx.token}", flush=True)
-    if ctx.attempt == 1:
-        raise RuntimeError("attempt 1 failed")
+    start = time.time()
+    try:
+        if ctx.attempt == 1:
+            raise RuntimeError("attempt 1 failed")
+        time.sleep(hold)
+    finally:
+        print(f"ran {start} {time.time()}", flush=True)
 
 scheduler.register("flaky", flaky)
 scheduler.run_forever()
 """
 _ATTEMPT = re.compile(r"^attempt (\S+) (\d+) (\d+)$")
+_RAN = re.compile(r"^ran (\S+) (\S+)$")
 
 
 @contextlib.contextmanager
 def replica(
-    kubeconfig: Path, namespace: str, tmp_path: Path, identity: str
+    kubeconfig: Path, namespace: str, tmp_path: Path, identity: str, hold: float = 0.0
 ) -> Iterator[ChildProcess]:
     child = ChildProcess(
         name=identity,
-        argv=[sys.executable, "-c", REPLICA, namespace, identity],
+        argv=[sys.executable, "-c", REPLICA, namespace, identity, str(hold)],
         log_path=tmp_path / f"{identity}.log",
         env={"KUBECONFIG": str(kubeconfig)},
     )
@@ -71,6 +79,14 @@ def attempts_in(tmp_path: Path, identity: str) -> list[tuple[str, int, int]]:
     lines = path.read_text(errors="replace").splitlines() if path.exists() else []
     found = (_ATTEMPT.match(line.strip()) for line in lines)
     return [(m[1], int(m[2]), int(m[3])) for m in found if m]
+
+
+def handler_spans(tmp_path: Path, identity: str) -> list[tuple[float, float]]:
+    """(start, end) of every handler call the replica made, in order."""
+    path = tmp_path / f"{identity}.log"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    found = (_RAN.match(line.strip()) for line in lines)
+    return [(float(m[1]), float(m[2])) for m in found if m]
 
 
 def parse_time(text: str) -> datetime:
@@ -104,9 +120,12 @@ def handed_over_and_finished(
     start_operator: StartOperator,
     *,
     backoff: int = 3,
+    hold: float = 0.0,
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """Two replicas and the operator; the holder of the first run is killed during its
-    back-off. The run as it was then, as it ended, and the killed holder's identity."""
+    back-off. The run as it was then, as it ended, and the killed holder's identity. With
+    `hold`, each retried attempt takes that long, and the survivor's next tick has started
+    before this returns."""
     apply_job(
         api,
         namespace,
@@ -119,8 +138,8 @@ def handed_over_and_finished(
     )
     with (
         start_operator(),
-        replica(kubeconfig, namespace, tmp_path, "r1") as r1,
-        replica(kubeconfig, namespace, tmp_path, "r2") as r2,
+        replica(kubeconfig, namespace, tmp_path, "r1", hold) as r1,
+        replica(kubeconfig, namespace, tmp_path, "r2", hold) as r2,
     ):
         before = poll(
             lambda: in_backoff(api, namespace), timeout=40, what="attempt 1 failed, in back-off"
@@ -137,6 +156,13 @@ def handed_over_and_finished(
             return run if outcome not in (None, "Running", "Pending") else None
 
         after = poll(finished, timeout=40, what="the run finished")
+        other = "r2" if holder == "r1" else "r1"
+        if hold:
+            poll(
+                lambda: len(handler_spans(tmp_path, other)) >= 2,
+                timeout=30,
+                what="the survivor's next tick started and ended",
+            )
     return before, after, holder
 
 
@@ -148,7 +174,7 @@ def test_a_holder_killed_during_the_back_off_hands_the_retry_to_another_replica(
     start_operator: StartOperator,
 ) -> None:
     before, after, dead = handed_over_and_finished(
-        kube_api, namespace, kubeconfig, tmp_path, start_operator, backoff=LONG_BACKOFF
+        kube_api, namespace, kubeconfig, tmp_path, start_operator, backoff=LONG_BACKOFF, hold=6
     )
     other = "r2" if dead == "r1" else "r1"
     status = after["status"]
@@ -162,6 +188,9 @@ def test_a_holder_killed_during_the_back_off_hands_the_retry_to_another_replica(
     # The handed-over attempt kept its back-off after the failed one.
     failed, retried = (parse_time(status["attempts"][i][k]) for i, k in ((0, "end"), (1, "start")))
     assert retried - failed >= timedelta(seconds=LONG_BACKOFF), (failed, retried)
+    # concurrencyPolicy Forbid: the survivor's next tick waited for the retry it took over.
+    spans = handler_spans(tmp_path, other)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
     tick = before["spec"]["tick"].replace("Z", "+00:00")
     ran = [
         (who, a, t) for who in ("r1", "r2") for (k, a, t) in attempts_in(tmp_path, who) if k == tick

@@ -262,6 +262,8 @@ class RequestPickup:
             self._run(job, request, grant, control, start=start), name=f"leasecron run {name}"
         )
         self._running[name] = (task, control)
+        if request.retry:  # a run of the schedule: its overlap rules see it
+            self._ticks.track(job.name, (task, control))
         try:
             await asyncio.gather(task, return_exceptions=True)
         finally:

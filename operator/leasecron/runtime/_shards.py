@@ -298,6 +298,14 @@ class ShardTicks:
                 found = (due, start_by)
         return found
 
+    def track(self, name: str, run: tuple[asyncio.Task[None], RunControl]) -> None:
+        """A run of job `name` made outside its ticks here (a retry handed over from a
+        vanished holder): the job's later ticks see it as they see their own earlier runs
+        (concurrencyPolicy Forbid waits for it, Replace stops it)."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            entry.earlier.keep(run)
+
     def note_token(self, name: str, token: int) -> None:
         """The highest token on record for job `name` (its status.lastRun): a job keeps one
         token sequence for life, whichever Lease claimed its earlier ticks."""
