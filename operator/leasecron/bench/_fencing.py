@@ -55,13 +55,24 @@ def _database(url: str | None, *, durable: bool) -> Iterator[str]:
         raise BenchError(str(e)) from e
 
 
-def _methods(url: str) -> tuple[dict[str, Callable[[int], None]], Callable[[], None]]:
+Method = Callable[[int], None]
+PLAIN_SQL = (
+    f"INSERT INTO {TABLE} (customer, total, fence_token) VALUES (%s, %s, %s) "
+    "ON CONFLICT (customer) DO UPDATE SET total = EXCLUDED.total, "
+    "fence_token = EXCLUDED.fence_token"
+)
+CHECKED_SQL = PLAIN_SQL + (
+    f" WHERE {TABLE}.fence_token <= EXCLUDED.fence_token RETURNING {TABLE}.fence_token"
+)
+"""The fenced statement written by hand: the check's price in the database alone."""
+
+
+def _methods(url: str) -> tuple[dict[str, Method], Callable[[], None]]:
     """Each method writes row `i % CUSTOMERS` in its own transaction; and a closer."""
     import psycopg
     import sqlalchemy as sa
-    from sqlalchemy.dialects.postgresql import insert
 
-    from leasecron.fencing import fence_token_column, fenced_upsert, pg_fenced_upsert
+    from leasecron.fencing import fence_token_column
 
     engine = sa.create_engine(url)
     table = sa.Table(
@@ -76,12 +87,22 @@ def _methods(url: str) -> tuple[dict[str, Callable[[int], None]], Callable[[], N
         table.create(c)
     dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     conn = psycopg.connect(dsn, autocommit=False)
+
+    def close() -> None:
+        conn.close()
+        with engine.begin() as c:
+            table.drop(c)
+        engine.dispose()
+
+    return {**_sqlalchemy_methods(engine, table), **_psycopg_methods(conn)}, close
+
+
+def _sqlalchemy_methods(engine: Any, table: Any) -> dict[str, Method]:
+    from sqlalchemy.dialects.postgresql import insert
+
+    from leasecron.fencing import fenced_upsert
+
     run = _Run(token=1)
-    plain_sql = (
-        f"INSERT INTO {TABLE} (customer, total, fence_token) VALUES (%s, %s, %s) "
-        "ON CONFLICT (customer) DO UPDATE SET total = EXCLUDED.total, "
-        "fence_token = EXCLUDED.fence_token"
-    )
 
     def sqlalchemy_plain(i: int) -> None:
         stmt = insert(table).values(customer=f"c{i % CUSTOMERS}", total=i, fence_token=1)
@@ -93,44 +114,36 @@ def _methods(url: str) -> tuple[dict[str, Callable[[int], None]], Callable[[], N
             c.execute(stmt)
 
     def sqlalchemy_fenced(i: int) -> None:
+        key = {"customer": f"c{i % CUSTOMERS}"}
         with engine.begin() as c:
-            fenced_upsert(
-                c, table, key={"customer": f"c{i % CUSTOMERS}"}, values={"total": i}, run=run
-            )
+            fenced_upsert(c, table, key=key, values={"total": i}, run=run)
+
+    return {"sqlalchemy_plain": sqlalchemy_plain, "sqlalchemy_fenced": sqlalchemy_fenced}
+
+
+def _psycopg_methods(conn: Any) -> dict[str, Method]:
+    from leasecron.fencing import pg_fenced_upsert
+
+    run = _Run(token=1)
 
     def psycopg_plain(i: int) -> None:
         with conn.transaction():
-            conn.execute(plain_sql, (f"c{i % CUSTOMERS}", i, 1))
-
-    checked_sql = plain_sql + (
-        f" WHERE {TABLE}.fence_token <= EXCLUDED.fence_token RETURNING {TABLE}.fence_token"
-    )
+            conn.execute(PLAIN_SQL, (f"c{i % CUSTOMERS}", i, 1))
 
     def psycopg_checked_sql(i: int) -> None:
-        """The fenced statement written by hand: the check's price in the database alone."""
         with conn.transaction():
-            conn.execute(checked_sql, (f"c{i % CUSTOMERS}", i, 1)).fetchone()
+            conn.execute(CHECKED_SQL, (f"c{i % CUSTOMERS}", i, 1)).fetchone()
 
     def psycopg_fenced(i: int) -> None:
+        key = {"customer": f"c{i % CUSTOMERS}"}
         with conn.transaction():
-            pg_fenced_upsert(
-                conn, TABLE, key={"customer": f"c{i % CUSTOMERS}"}, values={"total": i}, run=run
-            )
+            pg_fenced_upsert(conn, TABLE, key=key, values={"total": i}, run=run)
 
-    def close() -> None:
-        conn.close()
-        with engine.begin() as c:
-            table.drop(c)
-        engine.dispose()
-
-    methods: dict[str, Callable[[int], None]] = {
-        "sqlalchemy_plain": sqlalchemy_plain,
-        "sqlalchemy_fenced": sqlalchemy_fenced,
+    return {
         "psycopg_plain": psycopg_plain,
         "psycopg_checked_sql": psycopg_checked_sql,
         "psycopg_fenced": psycopg_fenced,
     }
-    return methods, close
 
 
 def run_fencing_bench(
