@@ -1,8 +1,9 @@
 """Public test helpers: a throwaway local control plane, a real single-node cluster where pods
 run (`NodeCluster`: your application's image on a kubelet), child processes that speak JSON lines
-(`ChildProcess`: a replica of your app under test), and pytest fixtures for the cluster
-(`leasecron.testing.pytest_plugin`, enabled with `-p leasecron.testing.pytest_plugin` or
-`pytest_plugins = [...]`). Needs the testing extra: `pip install 'leasecron[testing]'`.
+(`ChildProcess`: a replica of your app under test), real PostgreSQL and Redis servers for the
+stores your handlers write (`postgres_server()`, `redis_server()`), and pytest fixtures for
+all of them (`leasecron.testing.pytest_plugin`, enabled with `-p leasecron.testing.pytest_plugin`
+or `pytest_plugins = [...]`). Needs the testing extra: `pip install 'leasecron[testing]'`.
 
     from leasecron.testing import ControlPlane, apply_manifests
 
@@ -40,6 +41,16 @@ if TYPE_CHECKING:
     from leasecron.testing._polling import poll
     from leasecron.testing._processes import ControlPlaneError, free_port
     from leasecron.testing._rbac import PolicyRule, create_serviceaccount
+    from leasecron.testing._stores import (
+        PostgresDatabase,
+        PostgresServer,
+        RedisDatabase,
+        RedisServer,
+        StoreMissingError,
+        postgres_database,
+        postgres_server,
+        redis_server,
+    )
     from leasecron.testing._toxiproxy import Proxy, Toxiproxy, kubeconfig_via
     from leasecron.testing.controlplane import ControlPlane
     from leasecron.testing.faults import Fault, FaultPlan, FaultRule, fault_plan, install_from_env
@@ -68,6 +79,14 @@ _EXPORTS = {
     "poll": "leasecron.testing._polling",
     "PolicyRule": "leasecron.testing._rbac",
     "create_serviceaccount": "leasecron.testing._rbac",
+    "PostgresDatabase": "leasecron.testing._stores",
+    "PostgresServer": "leasecron.testing._stores",
+    "RedisDatabase": "leasecron.testing._stores",
+    "RedisServer": "leasecron.testing._stores",
+    "StoreMissingError": "leasecron.testing._stores",
+    "postgres_database": "leasecron.testing._stores",
+    "postgres_server": "leasecron.testing._stores",
+    "redis_server": "leasecron.testing._stores",
     "ControlPlane": "leasecron.testing.controlplane",
     "Fault": "leasecron.testing.faults",
     "FaultPlan": "leasecron.testing.faults",
@@ -92,7 +111,12 @@ __all__ = [
     "FaultRule",
     "NodeCluster",
     "PolicyRule",
+    "PostgresDatabase",
+    "PostgresServer",
     "Proxy",
+    "RedisDatabase",
+    "RedisServer",
+    "StoreMissingError",
     "Toxiproxy",
     "apply_leasecron_crds",
     "apply_manifests",
@@ -108,6 +132,9 @@ __all__ = [
     "missing_node_prerequisites",
     "node_cache_dir",
     "poll",
+    "postgres_database",
+    "postgres_server",
+    "redis_server",
     "run_helm",
     "stop_children",
     "wait_crd_established",

@@ -19,7 +19,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+
+from leasecron.testing._processes import free_port
 
 if TYPE_CHECKING:
     import psycopg
@@ -134,7 +135,7 @@ def postgres_server(*, options: str = PG_OPTIONS) -> Iterator[PostgresServer]:
         executor = PostgreSQLExecutor(
             executable=executable,
             host=HOST,
-            port=_free_port(),
+            port=free_port(),
             datadir=str(workdir / "data"),
             unixsocketdir=str(workdir),
             logfile=str(workdir / "postgresql.log"),
@@ -181,7 +182,7 @@ def redis_server() -> Iterator[RedisServer]:
             redis_timeout=30,
             loglevel="warning",
             host=HOST,
-            port=_free_port(),
+            port=free_port(),
             datadir=workdir,
         )
         with executor:
@@ -228,12 +229,6 @@ def _unprivileged(pg_ctl: str, workdir: Path) -> str:
     return str(wrapper)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 _COUNT = iter(range(1, 1_000_000))
 
 
@@ -247,7 +242,8 @@ def _require(module: str, package: str) -> None:
 
     if importlib.util.find_spec(module) is None:
         raise StoreMissingError(
-            f"{package} is not installed: pip install 'leasecron[dev]' or {package}"
+            f"{package} is not installed (the fixtures start servers with it): "
+            f"pip install {package}"
         )
 
 
