@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from leasecron.testing._processes import free_port
-
 if TYPE_CHECKING:
     import psycopg
     import redis
@@ -129,6 +127,8 @@ def postgres_server(*, options: str = PG_OPTIONS) -> Iterator[PostgresServer]:
     _require("pytest_postgresql", "pytest-postgresql")
     from pytest_postgresql.executors.proc import PostgreSQLExecutor
 
+    from leasecron.testing._processes import free_port
+
     workdir = Path(tempfile.mkdtemp(prefix="leasecron-postgres-"))
     try:
         executable = _unprivileged(pg_ctl, workdir)
@@ -173,6 +173,8 @@ def redis_server() -> Iterator[RedisServer]:
         )
     _require("pytest_redis", "pytest-redis")
     from pytest_redis.executor.process import RedisExecutor
+
+    from leasecron.testing._processes import free_port
 
     workdir = Path(tempfile.mkdtemp(prefix="leasecron-redis-"))
     try:
