@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -30,7 +31,10 @@ from leasecron.runtime import (
     GuardConfigError,
     GuardResult,
     GuardRun,
+    JobContext,
     LostLockError,
+    Scheduler,
+    Tuning,
     aclose_guards,
     current_run,
     guard,
@@ -549,3 +553,52 @@ def test_the_operator_alarms_a_tick_nobody_ran_and_not_the_ticks_the_guard_ran(
     for tick in ran:
         record = records[tick.strftime("%Y-%m-%dT%H:%M:%SZ")]
         assert (record["status"]["outcome"], record["spec"]["holder"]) == ("Succeeded", "pinger")
+
+
+def test_a_job_both_a_job_guard_and_a_scheduler_run_runs_each_tick_once(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    """The guard claims on its own Lease, the Scheduler on the job's shard Lease: the tick's
+    JobRun, created before either body starts, decides which one runs it."""
+    apply_job(kube_api, namespace, "report", schedule="@every 1s", startingDeadline="30s")
+    ran: list[tuple[datetime, str]] = []
+    lock = threading.Lock()
+
+    def scheduled(ctx: JobContext) -> None:
+        with lock:
+            ran.append((ctx.tick, "scheduler"))
+
+    scheduler = Scheduler(
+        namespace=namespace,
+        kube=kubes[0],
+        identity="scheduler",
+        tuning=Tuning(member_duration_s=3, member_renew_every=1.0),
+    )
+    scheduler.register("report", scheduled)
+    guard = Guard("report", job="report", namespace=namespace, kube=kubes[1], identity="guard")
+    stop = threading.Event()
+
+    def fire() -> None:
+        while not stop.wait(0.2):
+            with guard.claim(tick=datetime.now(UTC)) as run:
+                if run:
+                    with lock:
+                        ran.append((run.tick, "guard"))
+
+    with guard.claim(tick=datetime.now(UTC)):
+        pass  # the guard's member Lease is written: the Scheduler sees the job guarded
+    firing = threading.Thread(target=fire)
+    scheduler.start()
+    firing.start()
+    try:
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        firing.join()
+        scheduler.stop()
+    by_tick = Counter(tick for tick, _ in ran)
+    assert len(by_tick) >= 8
+    assert {who for _, who in ran} == {"guard", "scheduler"}  # both ran some
+    assert [t for t, n in by_tick.items() if n > 1] == []

@@ -26,8 +26,11 @@ from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import Clock
+from leasecron.models.names import ANNOTATION_GUARD_HANDLERS
 
 _log = get_logger("leasecron.runtime.membership")
+_GUARDED_TTL = 0.5
+"""Seconds the set of handlers that live members run in job guards is read again after."""
 
 
 class Membership:
@@ -69,6 +72,8 @@ class Membership:
         )
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._guarded: frozenset[str] = frozenset()
+        self._guarded_at: float | None = None
 
     @property
     def informer(self) -> Informer:
@@ -124,6 +129,21 @@ class Membership:
             if holder in live and needed <= advertised_handlers(obj):
                 able.add(holder)
         return sorted(able)
+
+    def guarded(self, handler: str) -> bool:
+        """Whether a live member runs `handler` in a job guard (a guard fires it from
+        another scheduler, claiming on its own Lease). Read from the watched member Leases,
+        at most every `_GUARDED_TTL` seconds."""
+        now = self._clock.monotonic()
+        if self._guarded_at is None or now - self._guarded_at >= _GUARDED_TTL:
+            live = set(self.members())
+            found: set[str] = set()
+            for obj in self._informer.items():
+                holder = str((obj.get("spec") or {}).get("holderIdentity") or "")
+                if holder in live:
+                    found |= advertised_handlers(obj, annotation=ANNOTATION_GUARD_HANDLERS)
+            self._guarded, self._guarded_at = frozenset(found), now
+        return handler in self._guarded
 
     async def _keep_alive(self) -> None:
         while True:

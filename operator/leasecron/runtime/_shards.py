@@ -815,7 +815,8 @@ class ShardTicks:
     ) -> None:
         services = self._services
         deadline = job.spec.starting_deadline
-        new_lease = grant.replaced_tick is None
+        guarded = services.membership.guarded(job.handler_name)
+        first_record = grant.replaced_tick is None or guarded
 
         def start_by_of(tick: datetime) -> datetime | None:
             if tick == plan.claimed and start_by is not None:
@@ -836,10 +837,12 @@ class ShardTicks:
                 # The claimed instant's record follows the start; a catch-up or overtaken
                 # tick's is created first (a RunLocally replica may have run it unguarded),
                 # and so is every tick claimed on a new shard Lease (the high-water mark went
-                # with the old one: the tick's record says whether it ran).
+                # with the old one: the tick's record says whether it ran) and every tick of
+                # a job that a job guard also runs (it claims on its own Lease: the tick's
+                # record decides which of the two runs it).
                 record=lambda t: (
                     RecordMode.DEFERRED
-                    if t == plan.claimed and start_by is not None and not new_lease
+                    if t == plan.claimed and start_by is not None and not first_record
                     else RecordMode.GUARDED
                 ),
                 observe_lag=lambda t: t == plan.claimed and start_by is not None,
