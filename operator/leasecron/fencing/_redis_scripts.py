@@ -27,7 +27,7 @@ from leasecron.fencing._outcomes import (
     claimed,
     refused,
 )
-from leasecron.fencing._runs import FencingError, RunLike, run_ref
+from leasecron.fencing._runs import FencingError, RunLike, RunRef, run_ref
 
 STORE = "redis"
 TOKEN_FIELD = "fence_token"
@@ -150,7 +150,7 @@ def exec_call(
     return ScriptCall(FENCED_EXEC, [key], args, _fenced(ref, key, token, Check.FENCE))
 
 
-def _fenced(ref: Any, key: str, token: int, check: Check) -> Callable[[Any], Fenced]:
+def _fenced(ref: RunRef, key: str, token: int, check: Check) -> Callable[[Any], Fenced]:
     def outcome(reply: Any) -> Fenced:
         status, stored = _reply(reply, key)
         if status == "applied":
