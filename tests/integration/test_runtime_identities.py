@@ -5,10 +5,12 @@ default identity is unique per process and never conflicts."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
 from kubernetes import client
+from operator_helpers import StartOperator, StartReplica, apply_job
 from prometheus_client import REGISTRY
 
 from leasecron import Scheduler
@@ -68,3 +70,44 @@ def test_replicas_with_default_identities_never_conflict(
         for scheduler in schedulers:
             scheduler.stop()
     assert conflicts("distinct") == 0
+
+
+def _long_runs(api: Any, namespace: str) -> list[dict[str, Any]]:
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "leasecron.dev", "v1alpha1", namespace, "jobruns", label_selector="leasecron.dev/job=long"
+    )
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+def test_a_fixed_identity_restarted_finishes_the_runs_its_dead_process_left_running(
+    kube_api: Any, namespace: str, start_operator: StartOperator, start_replica: StartReplica
+) -> None:
+    """The operator abandons a run whose holder vanished, but a holder whose identity came
+    back in a new process looks alive: the new process finishes its predecessor's runs."""
+    apply_job(kube_api, namespace, "long", schedule="@every 2s")
+    with start_operator():
+        with start_replica(
+            identity="fixed", group="default", handlers="long", run_seconds=60
+        ) as first:
+
+            def running() -> str | None:
+                for run in _long_runs(kube_api, namespace):
+                    if (run.get("status") or {}).get("outcome") == "Running":
+                        return str(run["metadata"]["name"])
+                return None
+
+            name = poll(running, timeout=30, what="a Running JobRun")
+            first.signal(signal.SIGKILL)
+        with start_replica(identity="fixed", group="default", handlers="long", run_seconds=0.1):
+
+            def finished() -> dict[str, Any] | None:
+                for run in _long_runs(kube_api, namespace):
+                    status = run.get("status") or {}
+                    if run["metadata"]["name"] == name and status.get("outcome") != "Running":
+                        return run
+                return None
+
+            run = poll(finished, timeout=30, what="the dead process's run finished")
+    assert run["status"]["outcome"] == "Abandoned", run["status"]
+    assert run["spec"]["holder"] == "fixed"

@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from leasecron._logs import get_logger
 from leasecron.coordination import lease_informer
@@ -79,6 +80,7 @@ class Runtime:
         self._given_kube = kube
         self.table: JobTable | None = None
         self.requests: RequestPickup | None = None
+        self._background: asyncio.Task[None] | None = None
 
     async def serve(self, stop: asyncio.Event, ready: Ready) -> None:
         async with self.resources() as services:
@@ -159,9 +161,11 @@ class Runtime:
             loop.call_soon_threadsafe(apply)
 
         forget = self._registry.on_change(registered)
+        started = services.clock.now()
         try:
             if not await self._start(services, jobs_informer, stop, ready):
                 return
+            self._abandon_earlier(services, before=started)
             table.shard_ticks.start()
             pickup.start()
             await table.settled()
@@ -178,8 +182,38 @@ class Runtime:
             forget()
             unsubscribe()
             unsubscribe_pickup()
+            if self._background is not None:
+                self._background.cancel()
+                await asyncio.gather(self._background, return_exceptions=True)
             await pickup.close(StopReason.STOPPING)
             await self._shutdown(services, table, jobs_informer)
+
+    def _abandon_earlier(self, services: Services, *, before: datetime) -> None:
+        """In the background: runs an earlier process of this identity left Running are
+        finished Abandoned (retried while the JobRuns cannot be listed)."""
+
+        async def abandon() -> None:
+            delays = backoff_delays(first=0.5, cap=10.0)
+            while True:
+                try:
+                    names = await services.recorder.abandon_earlier(
+                        holder=services.identity, before=before
+                    )
+                except (KubeError, TimeoutError) as e:
+                    _log.info("earlier runs of this identity not checked yet", error=repr(e))
+                    await asyncio.sleep(next(delays))
+                    continue
+                if names:
+                    _log.warning(
+                        "runs of an earlier process of this identity finished Abandoned",
+                        identity=services.identity,
+                        jobruns=names,
+                    )
+                return
+
+        self._background = asyncio.get_running_loop().create_task(
+            abandon(), name="leasecron abandon earlier runs"
+        )
 
     async def _start(
         self,

@@ -155,6 +155,30 @@ class Recorder:
         await self.create_running(run, job.uid)
         return run
 
+    async def abandon_earlier(self, *, holder: str, before: datetime) -> list[str]:
+        """Finish `Abandoned` the runs still `Running` under `holder` that started before
+        `before`: an earlier process with this identity died with them (a fixed identity
+        reused after a restart), and the operator, which abandons runs whose holder vanished,
+        sees the holder alive again. Each write is fenced and retried until it lands; the
+        names of the runs are returned. Raises KubeError when the runs cannot be listed."""
+        abandoned = []
+        for item in await self._jobruns.list(namespace=self.namespace):
+            try:
+                run = JobRun.from_resource(item)
+            except ValueError:
+                continue
+            if run.spec.holder != holder or run.status.outcome is not Outcome.RUNNING:
+                continue
+            if run.spec.start is None or run.spec.start >= before:
+                continue
+            message = (
+                f"Holder {holder} restarted (a new process with the same identity) before the "
+                "run finished."
+            )
+            await self.finish(run, outcome=Outcome.ABANDONED, message=message)
+            abandoned.append(run.name)
+        return abandoned
+
     async def newest_tick(self, job: str) -> datetime | None:
         """The newest tick the JobRuns of `job` record (requests nobody took yet left out);
         None when it has none. Raises KubeError when they cannot be read."""
