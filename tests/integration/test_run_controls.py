@@ -29,6 +29,7 @@ from leasecron.models.names import (
     jobrun_name,
 )
 from leasecron.runtime import Tuning
+from leasecron.runtime._overlap import MISSED_OVERLAP
 from leasecron.testing.handlers import CapturingHandler, run_tick_sync, scheduled_job
 from leasecron.testing.handlers import wait_for_jobruns as watch_jobruns
 
@@ -301,6 +302,42 @@ def test_forbid_starts_only_the_newest_of_the_ticks_that_waited_for_a_long_run(
     assert len(ran) == len(set(ran))
     missed = {r["spec"]["tick"] for r in runs if status(r)["outcome"] == "Missed"}
     assert not missed & {format_tick(t) for t in ran}
+    # Not late (startingDeadline 60 s): the record says the earlier run kept them waiting.
+    reasons = {status(r)["message"] for r in runs if status(r)["outcome"] == "Missed"}
+    assert reasons == {MISSED_OVERLAP}, reasons
+
+
+def test_replace_starts_the_new_tick_by_its_start_by_even_when_the_old_run_stops_slowly(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """startingDeadline (1 s) below the stop grace (5 s): the old run is told to stop and goes
+    on stopping; the tick that replaced it starts in time instead of waiting past its
+    start-by (which lost both runs)."""
+    first = threading.Event()
+
+    def slow_to_stop(ctx: JobContext) -> None:
+        if not first.is_set():
+            first.set()
+            time.sleep(4)  # does not look at ctx.lost
+
+    capture = CapturingHandler(slow_to_stop)
+    replica = scheduler(kube, namespace)
+    replica.register("report", capture)
+    create_job(
+        kube_api,
+        namespace,
+        "report",
+        schedule="@every 2s",
+        startingDeadline="1s",
+        concurrencyPolicy="Replace",
+    )
+    replica.start()
+    try:
+        assert capture.wait_calls(3, timeout=20)
+    finally:
+        replica.stop()
+    ticks = [ctx.tick for ctx in capture.contexts]
+    assert (ticks[1] - ticks[0]).total_seconds() == 2, ticks  # the very next tick ran
 
 
 def test_replace_stops_the_running_run_when_the_next_tick_comes_on_any_replica(

@@ -57,12 +57,23 @@ async def make_way(
         return True
     tasks = [task for task, _ in live]
     if policy is ConcurrencyPolicy.REPLACE:
+        # Stopped, and waited for no longer than the new tick can wait: a run that does not
+        # stop in time goes on stopping beside the tick that replaced it (never both lost).
         for run in live:
             replace(run, tick=tick, grace=grace)
-        await asyncio.wait(tasks, timeout=grace + REPLACE_MARGIN)
+        waited = min(grace + REPLACE_MARGIN, wait - _START_MARGIN)
+        await asyncio.wait(tasks, timeout=max(0.0, waited))
         return True
     await asyncio.wait(tasks, timeout=max(0.0, wait))
     return all(task.done() for task in tasks)
+
+
+MISSED_OVERLAP = (
+    "the job's run of an earlier tick was still going (concurrencyPolicy Forbid): this tick "
+    "waited for it until its startingDeadline, or until a later tick took its turn"
+)
+_START_MARGIN = 0.1
+"""Seconds before its start-by that a replacing tick stops waiting for the run it replaces."""
 
 
 class Overlapping:

@@ -58,7 +58,7 @@ from leasecron.models.groups import GroupState, shard_ref
 from leasecron.models.shards import ShardRef, due_at, shard_key
 from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._overlap import Overlapping, make_way
+from leasecron.runtime._overlap import MISSED_OVERLAP, Overlapping, make_way
 from leasecron.runtime._planning import (
     NextTick,
     TickPlan,
@@ -716,8 +716,14 @@ class ShardTicks:
             max_ticks=job.spec.catch_up.max_ticks,
         ).without(set(entry.unguarded))
         late = services.clock.now() > instant + job.spec.starting_deadline
-        if not await self._previous_done(entry, instant) or (late and not catch_up):
-            services.skip(job, "overlap" if not late else "deadline", tick=instant)
+        waited = not late and not await self._previous_done(entry, instant)
+        if waited:
+            # Not late: the job's earlier run kept it from starting, and the record says so.
+            services.skip(job, "overlap", tick=instant)
+            await services.record_missed(job, [instant], grant.token, reason=MISSED_OVERLAP)
+            plan = TickPlan(claimed=instant, run=(), missed=plan.missed)
+        elif late and not catch_up:
+            services.skip(job, "deadline", tick=instant)
             plan = TickPlan(claimed=instant, run=(), missed=(*plan.missed, instant))
         elif not catch_up:
             # The on-time tick first (it has a deadline to keep), then the catch-up runs.
