@@ -38,9 +38,10 @@ from leasecron.kube.errors import AlreadyExists, Conflict
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
+from leasecron.models.vocabulary import Role
 
 FLOORS_LEASE = "leasecron-token-floors"  # one per namespace
-ROLE_FLOORS = "floors"
+ROLE_FLOORS = Role.FLOORS
 TOMBSTONE_PREFIX = "leasecron.dev/token-floor."
 """An annotation key is `<prefix>/<name>` with `name` at most 63 characters; the job name
 goes into the name part after `token-floor.`."""

@@ -52,12 +52,13 @@ from leasecron.models.decisions import (
 )
 from leasecron.models.leases import LeaseRecord, parse_lease
 from leasecron.models.names import format_tick
+from leasecron.models.vocabulary import SkipReason
 
-SKIP_CONFLICT = "conflict"
-SKIP_EXISTS = "exists"
-SKIP_UNAVAILABLE = "store_unavailable"
-SKIP_UNCERTAIN = "uncertain"
-SKIP_ERROR = "error"
+SKIP_CONFLICT = SkipReason.CONFLICT
+SKIP_EXISTS = SkipReason.EXISTS
+SKIP_UNAVAILABLE = SkipReason.STORE_UNAVAILABLE
+SKIP_UNCERTAIN = SkipReason.UNCERTAIN
+SKIP_ERROR = SkipReason.ERROR
 _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 _SETTLE_TIMEOUT = 5.0
 """Seconds a stopping caller's landed-but-unconfirmed claim is tried to be freed."""
@@ -222,7 +223,7 @@ class TickLock(LeaseParty):
         """Claim `tick`: the Grant, or why not. The grant's token is above `above` (the
         highest token the jobs it covers had elsewhere) as well as above the Lease's."""
         if stagger > 0 and await self.wait_taken(tick, timeout=stagger):
-            return self._skip("taken", tick, waited=stagger)
+            return self._skip(SkipReason.TAKEN, tick, waited=stagger)
         return await self._claim_now(tick, starting_deadline=starting_deadline, above=above)
 
     async def _claim_now(

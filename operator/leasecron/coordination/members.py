@@ -47,9 +47,10 @@ from leasecron.models.names import (
     MANAGED_BY,
     member_lease_name,
 )
+from leasecron.models.vocabulary import Role
 
 _log = get_logger("leasecron.coordination.members")
-ROLE_MEMBER = "member"
+ROLE_MEMBER = Role.MEMBER
 _WRITES = 3
 _REPORT_EVERY = 60
 """An identity conflict is logged the first time and then every this many times."""

@@ -23,11 +23,12 @@ from leasecron.models.decisions import Observation
 from leasecron.models.groups import ROLE_GROUP
 from leasecron.models.leases import LeaseRecord, lease_body, with_annotations
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
+from leasecron.models.vocabulary import Role
 
-ROLE_JOB = "job"
-ROLE_LEADER = "leader"
-ROLE_SHARD = "shard"
-ROLE_GUARD = "guard"
+ROLE_JOB = Role.JOB
+ROLE_LEADER = Role.LEADER
+ROLE_SHARD = Role.SHARD
+ROLE_GUARD = Role.GUARD
 """A guard's Lease (`runtime.Guard`): outside `LEASE_SELECTOR`; the operator reads a job
 guard's (labelled with its job) for the job's `status.holder` only."""
 LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER},{ROLE_SHARD},{ROLE_GROUP})"

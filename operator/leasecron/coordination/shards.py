@@ -52,15 +52,16 @@ from leasecron.models.groups import GroupRecordError, retired
 from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.names import LABEL_GROUP
 from leasecron.models.shards import LABEL_SHARD, shard_lease_name
+from leasecron.models.vocabulary import SkipReason
 
 if TYPE_CHECKING:
     from leasecron.coordination.groups import GroupRecord
 
-SKIP_RETIRED = "retired"
+SKIP_RETIRED = SkipReason.RETIRED
 """The shard Lease's count was replaced (`leasecron.dev/retired`): nothing is claimed on it."""
-SKIP_OTHER_COUNT = "other_shard_count"
+SKIP_OTHER_COUNT = SkipReason.OTHER_SHARD_COUNT
 """The shard Lease belongs to another shard count than the group record's."""
-SKIP_GROUP_UNREADABLE = "group_record_unreadable"
+SKIP_GROUP_UNREADABLE = SkipReason.GROUP_RECORD_UNREADABLE
 """The claim needs a higher token ceiling and the group record does not read."""
 DEFAULT_SHARD_LEASE_S = 10
 """leaseDurationSeconds of a shard grant: how long a dead holder blocks its shards."""

@@ -22,10 +22,11 @@ from datetime import datetime, timedelta
 
 from leasecron.models.configs import ElectionConfig, LockConfig
 from leasecron.models.leases import RELEASED_DURATION_S, LeaseRecord, whole_seconds
+from leasecron.models.vocabulary import SkipReason
 
-SKIP_TAKEN = "taken"
-SKIP_LIVE_GRANT = "live_grant"
-SKIP_DEADLINE = "deadline"
+SKIP_TAKEN = SkipReason.TAKEN
+SKIP_LIVE_GRANT = SkipReason.LIVE_GRANT
+SKIP_DEADLINE = SkipReason.DEADLINE
 FUTURE_TICK_LIMIT = timedelta(days=1)
 """A recorded tick further than this ahead of our wall clock cannot come from a sane replica;
 it is ignored (the record is corrupt) rather than blocking the job until that date."""

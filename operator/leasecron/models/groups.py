@@ -27,8 +27,9 @@ from datetime import datetime
 from leasecron.models.leases import lease_annotations
 from leasecron.models.names import dns_name, format_tick, parse_tick
 from leasecron.models.shards import DEFAULT_SHARDS, MAX_SHARDS, ShardRef, shard_lease_name, shard_of
+from leasecron.models.vocabulary import Role
 
-ROLE_GROUP = "group"
+ROLE_GROUP = Role.GROUP
 ANNOTATION_SHARDS = "leasecron.dev/shards"
 ANNOTATION_TOKEN_CEILING = "leasecron.dev/token-ceiling"
 ANNOTATION_FLOOR_TICK = "leasecron.dev/floor-tick"

@@ -25,11 +25,12 @@ from leasecron.models.names import (
     format_tick,
 )
 from leasecron.models.specs import JobRun, Outcome, job_label_value
+from leasecron.models.vocabulary import Role
 from leasecron.operator._facts import JobFacts, JobRef
 
 COMPONENT = "leasecron-operator"
 REPORTING_COMPONENT = "leasecron.dev/operator"
-ROLE_JOB = "job"
+ROLE_JOB = Role.JOB
 SCHEDULEDJOB_KIND = "ScheduledJob"
 
 

@@ -36,6 +36,7 @@ from leasecron.kube.watches import Informer, backoff_delays
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.names import LABEL_ROLE
+from leasecron.models.vocabulary import Role
 from leasecron.operator._floors import FINALIZE_LIMIT_S
 from leasecron.operator._health import HealthServer
 from leasecron.operator._kopf import run_kopf
@@ -48,7 +49,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_LOST_LEADERSHIP = 3
 DEFAULT_LEASE = "leasecron-operator"
-ROLE_OPERATOR = "operator"
+ROLE_OPERATOR = Role.OPERATOR
 SHUTDOWN_S = 10.0
 
 

@@ -43,6 +43,7 @@ from leasecron.models.names import (
     job_lease_name,
 )
 from leasecron.models.specs import job_label_value
+from leasecron.models.vocabulary import Role
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import (
     Member,
@@ -54,8 +55,8 @@ from leasecron.operator._observed import (
 
 Key = tuple[str, str]
 """(namespace, name) of a ScheduledJob."""
-ROLE_JOB = "job"
-ROLE_SHARD = "shard"
+ROLE_JOB = Role.JOB
+ROLE_SHARD = Role.SHARD
 SCHEDULEDJOB_KIND = "ScheduledJob"
 LeaseGone = Callable[[str, str, int], None]
 """(namespace, job name, last fencing token) of a job Lease seen deleted."""

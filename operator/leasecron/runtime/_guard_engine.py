@@ -57,6 +57,7 @@ from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import SKIP_DEADLINE, SKIP_TAKEN
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob, SpecError
+from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime import _guard_observe
 from leasecron.runtime._guard_runs import (
     REASON_ERROR,
@@ -84,7 +85,7 @@ BUCKET = Bucket.ONCE_PER_TICK.value
 """The bucket label of a guard's runs in RUNS: the same per-tick promise."""
 RECORD_TIMEOUT = 5.0
 """Seconds the Running JobRun's create may take before the tick is not run."""
-SKIP_UNAVAILABLE = "store_unavailable"
+SKIP_UNAVAILABLE = SkipReason.STORE_UNAVAILABLE
 
 
 def _job_lock(job: ScheduledJob) -> LockConfig:

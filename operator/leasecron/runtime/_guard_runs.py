@@ -24,14 +24,15 @@ from leasecron.coordination import Grant, KeepAlive, LostEvent, LostLockError
 from leasecron.coordination.grants import Fence
 from leasecron.models.names import format_tick
 from leasecron.models.specs import JobRun
+from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._tracing import RunSpan
 
 T = TypeVar("T")
 
-REASON_SUSPENDED = "suspended"
-REASON_NO_JOB = "no_job"
-REASON_RECORD_FAILED = "record_failed"
-REASON_ERROR = "error"
+REASON_SUSPENDED = SkipReason.SUSPENDED
+REASON_NO_JOB = SkipReason.NO_JOB
+REASON_RECORD_FAILED = SkipReason.RECORD_FAILED
+REASON_ERROR = SkipReason.ERROR
 
 _CURRENT: contextvars.ContextVar[GuardRun] = contextvars.ContextVar("leasecron_guard_run")
 

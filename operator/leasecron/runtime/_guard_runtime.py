@@ -179,7 +179,7 @@ class GuardRuntime:
         lock = self._locks.get(key)
         if lock is not None:
             return lock
-        labels = {LABEL_ROLE: ROLE_GUARD}
+        labels: dict[str, str] = {LABEL_ROLE: ROLE_GUARD}
         marks = self.marks(kube, settings)
         job, namespace = settings.job, settings.namespace
         if job is not None:

@@ -25,6 +25,7 @@ from leasecron.models.configs import ElectionConfig
 from leasecron.models.decisions import rendezvous_rank
 from leasecron.models.names import LABEL_JOB, LABEL_ROLE, job_lease_name
 from leasecron.models.specs import JobRun, ScheduledJob, job_label_value
+from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._services import Services
@@ -157,7 +158,7 @@ class OwnerWorker:
         except KubeError as e:
             _log.warning("term JobRun not created", job=job.name, token=term.token, error=repr(e))
         if call is None:
-            services.skip(job, "no_handler", tick=start)
+            services.skip(job, SkipReason.NO_HANDLER, tick=start)
             return
         ctx.logger.info("ownership term started")
         end = await run.control.run(call, observe_lag=False)

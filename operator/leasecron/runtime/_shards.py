@@ -57,6 +57,7 @@ from leasecron.models.decisions import SKIP_DEADLINE, SKIP_LIVE_GRANT, SKIP_TAKE
 from leasecron.models.groups import GroupState, shard_ref
 from leasecron.models.shards import ShardRef, due_at, shard_key
 from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
+from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._overlap import MISSED_OVERLAP, Overlapping, make_way
 from leasecron.runtime._planning import (
@@ -81,7 +82,7 @@ group record, or by another replica, before this replica's view showed it); the 
 it now, so the claim is decided again at once. `conflict`: another write landed first (a
 request's claim of a later instant, another replica's claim of this one); decided again on
 the Lease as it is now: taken, a live grant to wait out, or claimable."""
-SKIP_BETTER_PLACED = "better_placed"
+SKIP_BETTER_PLACED = SkipReason.BETTER_PLACED
 """Another live replica registered every handler due at the instant: it claims it."""
 _MARK_READS = 8
 """JobRun reads at once when a new shard Lease's first claim looks for its jobs' last runs."""
@@ -425,7 +426,7 @@ class ShardTicks:
             planned = entry.next
             entry.after, entry.next = planned.tick, None
             if entry.job.spec.suspend:
-                self._services.skip(entry.job, "suspended", tick=planned.tick)
+                self._services.skip(entry.job, SkipReason.SUSPENDED, tick=planned.tick)
                 continue
             key = (self.ref_of(entry.job.name), planned.tick)
             groups.setdefault(key, {})[entry.job.name] = planned.catch_up
@@ -535,7 +536,7 @@ class ShardTicks:
         when another replica is better placed (it has handlers we lack). `_Outage` (with
         `local`) when the RunLocally jobs due may run unguarded."""
         if not due:
-            return Skipped("nothing_due")
+            return Skipped(SkipReason.NOTHING_DUE)
         services = self._services
         clock, tuning = services.clock, services.tuning
         try:
@@ -719,11 +720,11 @@ class ShardTicks:
         waited = not late and not await self._previous_done(entry, instant)
         if waited:
             # Not late: the job's earlier run kept it from starting, and the record says so.
-            services.skip(job, "overlap", tick=instant)
+            services.skip(job, SkipReason.OVERLAP, tick=instant)
             await services.record_missed(job, [instant], grant.token, reason=MISSED_OVERLAP)
             plan = TickPlan(claimed=instant, run=(), missed=plan.missed)
         elif late and not catch_up:
-            services.skip(job, "deadline", tick=instant)
+            services.skip(job, SkipReason.DEADLINE, tick=instant)
             plan = TickPlan(claimed=instant, run=(), missed=(*plan.missed, instant))
         elif not catch_up:
             # The on-time tick first (it has a deadline to keep), then the catch-up runs.
@@ -862,10 +863,10 @@ class ShardTicks:
         """A RunLocally job's tick while the store is out of reach: run here, unguarded."""
         services, job = self._services, entry.job
         if services.clock.now() > instant + job.spec.starting_deadline or entry.stopped:
-            services.skip(job, "deadline", tick=instant)
+            services.skip(job, SkipReason.DEADLINE, tick=instant)
             return
         if not await self._previous_done(entry, instant):
-            services.skip(job, "overlap", tick=instant)
+            services.skip(job, SkipReason.OVERLAP, tick=instant)
             return
         entry.remember_unguarded(instant)
         control = RunControl()

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from leasecron.models.specs import Bucket, CatchUpPolicy, ConcurrencyPolicy, ScheduledJob
+from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._overlap import Overlapping, going, replace
 from leasecron.runtime._planning import NextTick, jitter_delay, next_tick
@@ -125,7 +126,7 @@ class TickWorker:
 
     def _fire(self, order: TickOrder) -> None:
         if order.job.spec.suspend:
-            self._services.skip(order.job, "suspended", tick=order.tick)
+            self._services.skip(order.job, SkipReason.SUSPENDED, tick=order.tick)
             return
         policy = order.job.spec.concurrency_policy
         if going(self._running) and policy is not ConcurrencyPolicy.ALLOW:
@@ -133,7 +134,7 @@ class TickWorker:
             # then (its startingDeadline); an older waiting tick is dropped. Replace: the
             # same, once the run, told to stop, has ended (within the stop grace).
             if self._pending is not None:
-                self._services.skip(self._pending.job, "overlap", tick=self._pending.tick)
+                self._services.skip(self._pending.job, SkipReason.OVERLAP, tick=self._pending.tick)
             self._pending = order
             if policy is ConcurrencyPolicy.REPLACE and self._running is not None:
                 grace = stop_grace(self._services.grace_period)
@@ -159,7 +160,7 @@ class TickWorker:
         job = self._job
         late = self._services.clock.now() > pending.tick + job.spec.starting_deadline
         if late and not pending.planned.catch_up:
-            self._services.skip(job, "overlap", tick=pending.tick)
+            self._services.skip(job, SkipReason.OVERLAP, tick=pending.tick)
             return
         self._fire(TickOrder(job, pending.planned, self._not_before))
 

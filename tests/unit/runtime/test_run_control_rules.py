@@ -294,9 +294,31 @@ def test_forbid_skips_a_tick_while_the_previous_run_still_goes() -> None:
 
 
 def test_replace_stops_the_previous_run_before_the_new_tick_starts() -> None:
-    may, control, ended = overlap("Replace")
+    may, control, ended = overlap("Replace", wait=5.0)
     assert may and ended
     assert control.reason is StopReason.REPLACED and control.note == "by tick 2026-03-01T03:00:00Z"
+
+
+def test_replace_waits_for_a_run_slow_to_stop_no_longer_than_the_new_tick_can_wait() -> None:
+    """The stop grace (5 s) is longer than the run takes to end by itself (2 s): a Replace
+    that waited out the grace would see it ended."""
+
+    async def main() -> tuple[bool, bool, bool]:
+        control = RunControl()
+
+        async def deaf_run() -> None:
+            await asyncio.sleep(2)  # does not look at its control
+
+        task = asyncio.get_running_loop().create_task(deaf_run())
+        may = await make_way(
+            [(task, control)], job=job(concurrencyPolicy="Replace"), tick=NEXT, grace=5.0, wait=0.3
+        )
+        ended = task.done()
+        task.cancel()
+        return may, control.stopping, ended
+
+    may, stopping, ended = asyncio.run(main())
+    assert may and stopping and not ended  # told to stop, still stopping: the new tick starts
 
 
 def test_allow_starts_the_new_tick_beside_the_previous_run() -> None:

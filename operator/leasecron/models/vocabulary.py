@@ -1,0 +1,77 @@
+"""The words leasecron writes where others read them, each defined once: the roles of its
+Leases (label `leasecron.dev/role`) and the reasons a tick is skipped (the `reason` label of
+`leasecron_skips_total`, a guard's `GuardResult.reason`, the logs). docs/design.md §5.1 lists
+who writes each role; what a skip reason means is on its member below.
+
+Both are `StrEnum`s: a member is the plain string wherever one is expected (labels, JSON,
+comparisons with values read back from the API server). Owns the names only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """`leasecron.dev/role` of a Lease leasecron writes."""
+
+    JOB = "job"
+    """A single-owner job's election Lease (and, for older versions, a job's tick Lease)."""
+    SHARD = "shard"
+    """One shard of a group's once-per-tick jobs: its recorded tick is the shard's mark."""
+    GUARD = "guard"
+    """A guard's tick Lease (`leasecron-guard-<name>`)."""
+    GROUP = "group"
+    """A group's record: its shard count, token ceiling and floor tick."""
+    MEMBER = "member"
+    """A replica's membership in its group, with the handlers it registered."""
+    LEADER = "leader"
+    """A leader election outside the jobs (`Elector` used directly)."""
+    FLOORS = "floors"
+    """The namespace's token floors: tombstones of deleted jobs' last tokens."""
+    OPERATOR = "operator"
+    """The operator's own leader election."""
+
+
+class SkipReason(StrEnum):
+    """Why a replica did not run a tick (no run, or no run here)."""
+
+    TAKEN = "taken"
+    """The Lease records this tick or a later one: another replica has it."""
+    LIVE_GRANT = "live_grant"
+    """Another replica's grant on the Lease is live."""
+    DEADLINE = "deadline"
+    """The tick can no longer start before its startingDeadline (or start-by)."""
+    CONFLICT = "conflict"
+    """The claim's conditional write met another write."""
+    EXISTS = "exists"
+    """The Lease (or the tick's record) was there already."""
+    STORE_UNAVAILABLE = "store_unavailable"
+    """The API server could not be reached."""
+    UNCERTAIN = "uncertain"
+    """The claim's reply and its read-back were lost: it may have landed."""
+    ERROR = "error"
+    """An unexpected failure (logged with its error)."""
+    RETIRED = "retired"
+    """The shard Lease's shard count was replaced."""
+    OTHER_SHARD_COUNT = "other_shard_count"
+    """The shard Lease belongs to another count than the group record's."""
+    GROUP_RECORD_UNREADABLE = "group_record_unreadable"
+    """The claim needs a higher token ceiling and the group record does not read."""
+    BETTER_PLACED = "better_placed"
+    """Another live replica registered every handler due at the instant: it claims it."""
+    NOTHING_DUE = "nothing_due"
+    """No job of the shard is due at the instant any more."""
+    SUSPENDED = "suspended"
+    """The job is suspended."""
+    OVERLAP = "overlap"
+    """The job's run of an earlier tick kept this one from starting (concurrencyPolicy)."""
+    NO_HANDLER = "no_handler"
+    """No handler is registered here for the job."""
+    RECORD_FAILED = "record_failed"
+    """The tick's run record could not be created, so it did not run."""
+    NO_JOB = "no_job"
+    """A `job=` guard's ScheduledJob does not exist."""
+
+
+__all__ = ["Role", "SkipReason"]
