@@ -25,7 +25,9 @@ from lease_helpers import lease_obj, take_over
 from operator_helpers import StartOperator, apply_job, job_condition, jobruns, poll
 
 from leasecron.kube.clients import Kube
+from leasecron.models.clocks import SystemClock
 from leasecron.models.names import jobrun_name
+from leasecron.models.schedules import Schedule
 from leasecron.runtime import (
     Guard,
     GuardConfigError,
@@ -602,3 +604,44 @@ def test_a_job_both_a_job_guard_and_a_scheduler_run_runs_each_tick_once(
     assert len(by_tick) >= 8
     assert {who for _, who in ran} == {"guard", "scheduler"}  # both ran some
     assert [t for t, n in by_tick.items() if n > 1] == []
+
+
+def test_a_guard_whose_host_clock_runs_ahead_runs_no_tick_early_and_takes_none_from_others(
+    kubes: list[Kube], namespace: str
+) -> None:
+    """Two guards fired every 0.2 s, one on a host 2.5 s fast: both read the API server's
+    clock, so no body starts before its tick and the fast one never claims the next tick
+    first (which made the tick before it `taken` for everyone, run by none)."""
+    ran: list[tuple[datetime, float]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    guards = [
+        Guard("beat", every="1s", namespace=namespace, kube=kubes[i], identity=f"r{i}", clock=c)
+        for i, c in enumerate([SystemClock(), SystemClock(skew=timedelta(seconds=2.5))])
+    ]
+
+    def fire(g: Guard) -> None:
+        while not stop.wait(0.2):
+            with g.claim() as run:
+                if run:
+                    with lock:
+                        ran.append((run.tick, time.time()))
+
+    for g in guards:
+        with g.claim():
+            pass  # a first response: the guard's estimate of the server's clock starts
+    with lock:
+        ran.clear()
+    threads = [threading.Thread(target=fire, args=(g,)) for g in guards]
+    for t in threads:
+        t.start()
+    time.sleep(8)
+    stop.set()
+    for t in threads:
+        t.join()
+    early = [(t.isoformat(), round(t.timestamp() - at, 2)) for t, at in ran]
+    assert [e for e in early if e[1] > 1] == []  # no body started a second before its tick
+    ticks = sorted(t for t, _ in ran)
+    assert len(set(ticks)) == len(ticks)
+    every = Schedule.parse("@every 1s").ticks_between(ticks[0], ticks[-1], limit=50)
+    assert [t for t in every if t not in set(ticks)] == []

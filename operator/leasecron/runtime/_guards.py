@@ -84,7 +84,8 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from leasecron._logs import get_logger
 from leasecron.kube.clients import Kube
-from leasecron.models.clocks import SYSTEM_CLOCK, Clock
+from leasecron.kube.servertime import ServerTime
+from leasecron.models.clocks import SYSTEM_CLOCK, Clock, OffsetClock, SystemClock
 from leasecron.models.configs import DurationLike
 from leasecron.runtime import _guard_observe
 from leasecron.runtime._environment import default_namespace, resolve_identity
@@ -111,7 +112,10 @@ class Guard(HookDecorators):
     GuardConfigError names the parameter and the value. `snap`: fire times are snapped onto
     the schedule by default; `hooks` are told of every run and skip (`RunEvent`);
     `lease_duration` (default 10s, the Scheduler's shard Lease): how long a holder that dies
-    mid-body blocks the guard (renewed every third of it while the body runs)."""
+    mid-body blocks the guard (renewed every third of it while the body runs); `store_time`
+    (default on, for the system clock): "now" is the API server's clock, estimated from its
+    responses, so a host whose clock runs ahead neither claims ticks early nor takes the tick
+    before them (the first claim of a guard reads the clock before any response)."""
 
     def __init__(
         self,
@@ -134,6 +138,7 @@ class Guard(HookDecorators):
         hooks: Iterable[RunHook] = (),
         clock: Clock = SYSTEM_CLOCK,
         lease_duration: DurationLike | None = None,
+        store_time: bool = True,
     ) -> None:
         self.settings = GuardSettings.build(
             name,
@@ -154,6 +159,11 @@ class Guard(HookDecorators):
         )
         self.kube = kube
         self.clock = clock
+        self._server_time: ServerTime | None = None
+        if store_time and isinstance(clock, SystemClock):
+            # The API server's clock, as a Scheduler reads it (docs/design.md §5.17).
+            self._server_time = ServerTime(wall=lambda: clock.now().timestamp())
+            self.clock = OffsetClock(clock, self._server_time.offset)
         self.hooks = RunHooks(hooks)
 
     @property
@@ -179,13 +189,16 @@ class Guard(HookDecorators):
     # --- the engine ----------------------------------------------------------------------
 
     def _engine(self, runtime: GuardRuntime) -> Engine:
-        return Engine(
+        engine = Engine(
             settings=self.settings,
             runtime=runtime,
             given_kube=self.kube,
             clock=self.clock,
             hooks=self.hooks,
         )
+        if self._server_time is not None:
+            self._server_time.install(engine.kube)  # the first client it is used with
+        return engine
 
     def _fired(self, given: datetime | None) -> datetime | None:
         """The caller's fire time, read in the caller's thread (the `tick` callable may
