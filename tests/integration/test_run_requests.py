@@ -341,60 +341,44 @@ def test_the_operator_finishes_a_request_nobody_picked_up_as_missed(
     assert not run["spec"]["holder"]
 
 
-def test_a_pickup_whose_reply_was_lost_is_read_back_and_run_once(
-    kubeconfig: Path, kube_api: Any, namespace: str, yearly: tuple[str, int]
+LOST_PICKUP = Fault(verb="patch", resource="jobruns", action="lose_reply", times=1)
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        pytest.param([LOST_PICKUP], id="the pickup's reply lost: read back"),
+        pytest.param(
+            [LOST_PICKUP, Fault(verb="get", resource="jobruns", action="fail", times=6)],
+            id="and its read-backs refused: read until the store answers",
+        ),
+        pytest.param(
+            [Fault(verb="patch", resource="jobruns", action="fail", after=1, times=1)],
+            id="the outcome's patch refused: written later, never left Running",
+        ),
+    ],
+)
+def test_a_request_whose_writes_meet_faults_runs_once_and_is_recorded_succeeded(
+    kubeconfig: Path,
+    kube_api: Any,
+    namespace: str,
+    yearly: tuple[str, int],
+    faults: list[Fault],
 ) -> None:
     job, _ = yearly
     capture = CapturingHandler()
     with replicas(kubeconfig, namespace, capture, count=1, handler=job) as [replica]:
         assert replica.kube is not None
-        lost = Fault(verb="patch", resource="jobruns", action="lose_reply", times=1)
-        with fault_plan(replica.kube).injected(lost) as rule:
-            result = cli(kubeconfig, namespace, "run", job, "--wait", "--timeout", "30")
+        plan = fault_plan(replica.kube)
+        with contextlib.ExitStack() as stack:
+            rules = [stack.enter_context(plan.injected(fault)) for fault in faults]
+            result = cli(kubeconfig, namespace, "run", job, "--wait", "--timeout", "40")
         assert result.exit_code == 0, result.output
-        assert rule.hits == 1
+        assert [rule.hits for rule in rules] == [fault.times for fault in faults]
     assert capture.calls == 1
     [ctx] = capture.contexts
     run = jobrun(kube_api, namespace, jobrun_name(job, ctx.tick))
     assert run["spec"]["holder"] == replica.identity and run["spec"]["fencingToken"] == ctx.token
-    assert run["status"]["outcome"] == "Succeeded"
-
-
-def test_a_pickup_whose_reply_and_read_backs_are_lost_is_read_until_known_and_run(
-    kubeconfig: Path, kube_api: Any, namespace: str, yearly: tuple[str, int]
-) -> None:
-    job, _ = yearly
-    capture = CapturingHandler()
-    with replicas(kubeconfig, namespace, capture, count=1, handler=job) as [replica]:
-        assert replica.kube is not None
-        lost = Fault(verb="patch", resource="jobruns", action="lose_reply", times=1)
-        unread = Fault(verb="get", resource="jobruns", action="fail", times=6)
-        plan = fault_plan(replica.kube)
-        with plan.injected(lost) as lost_rule, plan.injected(unread) as unread_rule:
-            result = cli(kubeconfig, namespace, "run", job, "--wait", "--timeout", "40")
-        assert result.exit_code == 0, result.output
-        assert (lost_rule.hits, unread_rule.hits) == (1, 6)
-    [ctx] = capture.contexts
-    assert jobrun(kube_api, namespace, jobrun_name(job, ctx.tick))["status"]["outcome"] == (
-        "Succeeded"
-    )
-
-
-def test_a_finished_runs_outcome_that_meets_a_503_is_written_later_never_left_running(
-    kubeconfig: Path, kube_api: Any, namespace: str, yearly: tuple[str, int]
-) -> None:
-    job, _ = yearly
-    capture = CapturingHandler()
-    with replicas(kubeconfig, namespace, capture, count=1, handler=job) as [replica]:
-        assert replica.kube is not None
-        # The pickup patch goes through; the outcome's patch is refused once.
-        refused = Fault(verb="patch", resource="jobruns", action="fail", after=1, times=1)
-        with fault_plan(replica.kube).injected(refused) as rule:
-            result = cli(kubeconfig, namespace, "run", job, "--wait", "--timeout", "30")
-        assert result.exit_code == 0, result.output
-        assert rule.hits == 1
-    [ctx] = capture.contexts
-    run = jobrun(kube_api, namespace, jobrun_name(job, ctx.tick))
     assert run["status"]["outcome"] == "Succeeded"
 
 
