@@ -14,6 +14,7 @@ and writes anyway writes without protection.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -72,22 +73,27 @@ class Fenced:
         return self.applied
 
 
-def claimed(run: RunRef) -> Claim:
-    return Claim(claimed=True, period=run.period, token=run.token)
-
-
-def already_claimed(store: str, run: RunRef, token: int | None) -> Claim:
-    """A refused claim, counted."""
+def claim_outcome(
+    store: str, run: RunRef, *, recorded: bool, existing: Callable[[], int | None]
+) -> Claim:
+    """`run`'s claim of its period: claimed when the store wrote its record (`recorded`);
+    else refused and counted, with the token of the record already there (`existing`, read
+    only then)."""
+    if recorded:
+        return Claim(claimed=True, period=run.period, token=run.token)
+    token = existing()
     CLAIMS_REFUSED.labels(store, run.namespace, run.job).inc()
     return Claim(claimed=False, period=run.period, token=token)
 
 
-def applied(check: Check, token: int) -> Fenced:
-    return Fenced(applied=True, token=token, stored_token=token, check=check)
-
-
-def refused(store: str, run: RunRef, check: Check, stored_token: int | None) -> Fenced:
-    """A refused write, counted."""
-    WRITES_REFUSED.labels(store, run.namespace, run.job, check.value).inc()
+def write_outcome(
+    store: str, run: RunRef, check: Check, *, written: bool, stored: Callable[[], int | None]
+) -> Fenced:
+    """`run`'s fenced write or fence: applied when the store wrote it (`written`); else
+    refused and counted, with the token the store holds (`stored`, read only then)."""
     token = run.fenced(check.value)
+    if written:
+        return Fenced(applied=True, token=token, stored_token=token, check=check)
+    stored_token = stored()
+    WRITES_REFUSED.labels(store, run.namespace, run.job, check.value).inc()
     return Fenced(applied=False, token=token, stored_token=stored_token, check=check)

@@ -13,22 +13,14 @@ use SQLAlchemy's async session with `run_sync`).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from leasecron.fencing._columns import check_upsert
-from leasecron.fencing._outcomes import (
-    Check,
-    Claim,
-    Fenced,
-    already_claimed,
-    applied,
-    claimed,
-    refused,
-)
+from leasecron.fencing._outcomes import Check, Claim, Fenced, claim_outcome, write_outcome
 from leasecron.fencing._runs import FencingError, RunLike, run_ref
 from leasecron.fencing._schema import FENCES_TABLE, RUNS_TABLE, TOKEN_COLUMN
 
@@ -66,10 +58,12 @@ def pg_claim_period(
     record exists already (counted)."""
     ref = run_ref(run, period=period)
     row = conn.execute(_CLAIM, (ref.namespace, ref.job, ref.period, ref.token, ref.holder))
-    if row.fetchone() is not None:
-        return claimed(ref)
-    existing = conn.execute(_CLAIMED_TOKEN, (ref.namespace, ref.job, ref.period)).fetchone()
-    return already_claimed(STORE, ref, existing[0] if existing else None)
+    return claim_outcome(
+        STORE,
+        ref,
+        recorded=row.fetchone() is not None,
+        existing=lambda: _first(conn, _CLAIMED_TOKEN, (ref.namespace, ref.job, ref.period)),
+    )
 
 
 def pg_fenced_upsert(
@@ -84,17 +78,18 @@ def pg_fenced_upsert(
     """`fenced_upsert` on a psycopg connection; `table` is a name, `"schema.table"` too."""
     ref = run_ref(run)
     token = ref.fenced("pg_fenced_upsert")
-    _check_columns(conn, table, key=key, values=values, token_column=token_column)
+    columns, integers = _columns(conn, table)
+    check_upsert(table, columns, integers, key=key, values=values, token_column=token_column)
     stmt = _upsert_sql(conn, table, tuple(key), tuple(values), token_column)
-    if conn.execute(stmt, [*key.values(), *values.values(), token]).fetchone() is not None:
-        return applied(Check.UPSERT, token)
-    name, tok = sql.Identifier(*table.split(".")), sql.Identifier(token_column)
-    where = sql.SQL(" AND ").join(sql.SQL("{c} = %s").format(c=sql.Identifier(c)) for c in key)
-    current = conn.execute(
-        sql.SQL("SELECT {tok} FROM {table} WHERE {where}").format(tok=tok, table=name, where=where),
-        list(key.values()),
-    ).fetchone()
-    return refused(STORE, ref, Check.UPSERT, current[0] if current else None)
+    row = conn.execute(stmt, [*key.values(), *values.values(), token]).fetchone()
+
+    def current() -> Any:
+        name, tok = sql.Identifier(*table.split(".")), sql.Identifier(token_column)
+        where = sql.SQL(" AND ").join(sql.SQL("{c} = %s").format(c=sql.Identifier(c)) for c in key)
+        query = sql.SQL("SELECT {tok} FROM {table} WHERE {where}")
+        return _first(conn, query.format(tok=tok, table=name, where=where), list(key.values()))
+
+    return write_outcome(STORE, ref, Check.UPSERT, written=row is not None, stored=current)
 
 
 def pg_hold_fence(conn: psycopg.Connection[Any], name: str, *, run: RunLike) -> Fenced:
@@ -104,10 +99,19 @@ def pg_hold_fence(conn: psycopg.Connection[Any], name: str, *, run: RunLike) -> 
     token = ref.fenced("pg_hold_fence")
     if not isinstance(name, str) or not name:
         raise FencingError(f"fence name must be a non-empty string, got {name!r}")
-    if conn.execute(_FENCE, (name, token)).fetchone() is not None:
-        return applied(Check.FENCE, token)
-    current = conn.execute(_FENCE_TOKEN, (name,)).fetchone()
-    return refused(STORE, ref, Check.FENCE, current[0] if current else None)
+    return write_outcome(
+        STORE,
+        ref,
+        Check.FENCE,
+        written=conn.execute(_FENCE, (name, token)).fetchone() is not None,
+        stored=lambda: _first(conn, _FENCE_TOKEN, (name,)),
+    )
+
+
+def _first(conn: psycopg.Connection[Any], query: sql.Composed, params: Sequence[Any]) -> Any:
+    """The first column of `query`'s first row, None when it has none."""
+    row = conn.execute(query, params).fetchone()
+    return row[0] if row else None
 
 
 def _upsert_sql(
@@ -144,18 +148,6 @@ def _upsert_sql(
             .as_string(conn)
         )
     return statements[shape]
-
-
-def _check_columns(
-    conn: psycopg.Connection[Any],
-    table: str,
-    *,
-    key: Mapping[str, Any],
-    values: Mapping[str, Any],
-    token_column: str,
-) -> None:
-    columns, integers = _columns(conn, table)
-    check_upsert(table, columns, integers, key=key, values=values, token_column=token_column)
 
 
 def _columns(conn: psycopg.Connection[Any], table: str) -> tuple[dict[str, str], frozenset[str]]:

@@ -18,15 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from leasecron.fencing._outcomes import (
-    Check,
-    Claim,
-    Fenced,
-    already_claimed,
-    applied,
-    claimed,
-    refused,
-)
+from leasecron.fencing._outcomes import Check, Claim, Fenced, claim_outcome, write_outcome
 from leasecron.fencing._runs import FencingError, RunLike, RunRef, run_ref
 
 STORE = "redis"
@@ -56,20 +48,28 @@ end
 return {'claimed', ARGV[1]}
 """
 )
-FENCED_HSET = (
-    (_KIND % "hash")
-    + "local stored = redis.call('HGET', KEYS[1], ARGV[1])\n"
-    + (_STORED % "ARGV[2]")
-    + """
+
+
+def _fenced_script(kind: str, stored: str, token: str, write: str) -> str:
+    """A script that runs `write` only when KEYS[1] holds a `kind` (or nothing) and the token
+    it keeps (the Lua expression `stored`) is at most the run's (`token`)."""
+    return (_KIND % kind) + f"local stored = {stored}\n" + (_STORED % token) + write
+
+
+FENCED_HSET = _fenced_script(
+    "hash",
+    "redis.call('HGET', KEYS[1], ARGV[1])",
+    "ARGV[2]",
+    """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], unpack(ARGV, 3))
 return {'applied', ARGV[2]}
-"""
+""",
 )
-FENCED_EXEC = (
-    (_KIND % "string")
-    + "local stored = redis.call('GET', KEYS[1])\n"
-    + (_STORED % "ARGV[1]")
-    + """
+FENCED_EXEC = _fenced_script(
+    "string",
+    "redis.call('GET', KEYS[1])",
+    "ARGV[1]",
+    """
 redis.call('SET', KEYS[1], ARGV[1])
 local i = 2
 while i <= #ARGV do
@@ -78,7 +78,7 @@ while i <= #ARGV do
   i = i + n + 1
 end
 return {'applied', ARGV[1]}
-"""
+""",
 )
 
 T = TypeVar("T", Claim, Fenced)
@@ -107,9 +107,12 @@ def claim_call(
 
     def outcome(reply: Any) -> Claim:
         status, stored = _reply(reply, key)
-        if status == "claimed":
-            return claimed(ref)
-        return already_claimed(STORE, ref, int(stored) if stored.isdigit() else None)
+        return claim_outcome(
+            STORE,
+            ref,
+            recorded=status == "claimed",
+            existing=lambda: int(stored) if stored.isdigit() else None,
+        )
 
     return ScriptCall(CLAIM, [key], [value, ttl_ms], outcome)
 
@@ -128,7 +131,7 @@ def hset_call(
     args: list[Arg] = [token_field, token]
     for field, value in mapping.items():
         args += [field, value]
-    return ScriptCall(FENCED_HSET, [key], args, _fenced(ref, key, token, Check.UPSERT))
+    return ScriptCall(FENCED_HSET, [key], args, _fenced(ref, key, Check.UPSERT))
 
 
 def exec_call(
@@ -147,17 +150,17 @@ def exec_call(
                 f"got {command!r}"
             )
         args += [len(command), *command]
-    return ScriptCall(FENCED_EXEC, [key], args, _fenced(ref, key, token, Check.FENCE))
+    return ScriptCall(FENCED_EXEC, [key], args, _fenced(ref, key, Check.FENCE))
 
 
-def _fenced(ref: RunRef, key: str, token: int, check: Check) -> Callable[[Any], Fenced]:
+def _fenced(ref: RunRef, key: str, check: Check) -> Callable[[Any], Fenced]:
     def outcome(reply: Any) -> Fenced:
         status, stored = _reply(reply, key)
-        if status == "applied":
-            return applied(check, token)
         if status == "badtoken":
             raise FencingError(f"the token stored at {key!r} is not an integer: {stored!r}")
-        return refused(STORE, ref, check, int(stored))
+        return write_outcome(
+            STORE, ref, check, written=status == "applied", stored=lambda: int(stored)
+        )
 
     return outcome
 

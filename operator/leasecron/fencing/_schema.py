@@ -60,6 +60,15 @@ def fence_token_column(name: str = TOKEN_COLUMN) -> Column[int]:
     return sa.Column(name, sa.BigInteger, nullable=False, server_default="0")
 
 
+def _now_column(name: str) -> Column[Any]:
+    """A timestamp column the database sets to the time of the write."""
+    import sqlalchemy as sa
+
+    return sa.Column(
+        name, sa.DateTime(timezone=True), nullable=False, server_default=sa.func.current_timestamp()
+    )
+
+
 def _runs_columns() -> list[Column[Any]]:
     import sqlalchemy as sa
 
@@ -69,12 +78,7 @@ def _runs_columns() -> list[Column[Any]]:
         sa.Column("period", sa.Text, primary_key=True),
         sa.Column("token", sa.BigInteger, nullable=True),
         sa.Column("holder", sa.Text, nullable=True),
-        sa.Column(
-            "claimed_at",
-            sa.DateTime(timezone=True),
-            nullable=False,
-            server_default=sa.func.current_timestamp(),
-        ),
+        _now_column("claimed_at"),
     ]
 
 
@@ -84,12 +88,7 @@ def _fences_columns() -> list[Column[Any]]:
     return [
         sa.Column("name", sa.Text, primary_key=True),
         sa.Column("token", sa.BigInteger, nullable=False),
-        sa.Column(
-            "updated_at",
-            sa.DateTime(timezone=True),
-            nullable=False,
-            server_default=sa.func.current_timestamp(),
-        ),
+        _now_column("updated_at"),
     ]
 
 

@@ -22,16 +22,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from leasecron.fencing._columns import check_upsert
-from leasecron.fencing._outcomes import (
-    Check,
-    Claim,
-    Fenced,
-    already_claimed,
-    applied,
-    claimed,
-    refused,
-)
-from leasecron.fencing._runs import FencingError, RunLike, run_ref
+from leasecron.fencing._outcomes import Check, Claim, Fenced, claim_outcome, write_outcome
+from leasecron.fencing._runs import FencingError, RunLike, RunRef, run_ref
 from leasecron.fencing._schema import TOKEN_COLUMN, fencing_tables
 
 RUNS, FENCES = fencing_tables(sa.MetaData())
@@ -97,16 +89,15 @@ def claim_period(db: Db, *, run: RunLike, period: str | None = None) -> Claim:
         .on_conflict_do_nothing(index_elements=["namespace", "job", "period"])
         .returning(RUNS.c.period)
     )
-    if db.execute(stmt).first() is not None:
-        return claimed(ref)
-    existing = db.execute(
-        sa.select(RUNS.c.token).where(
-            RUNS.c.namespace == ref.namespace,
-            RUNS.c.job == ref.job,
-            RUNS.c.period == ref.period,
-        )
-    ).scalar_one_or_none()
-    return already_claimed(store, ref, existing)
+    existing = sa.select(RUNS.c.token).where(
+        RUNS.c.namespace == ref.namespace, RUNS.c.job == ref.job, RUNS.c.period == ref.period
+    )
+    return claim_outcome(
+        store,
+        ref,
+        recorded=db.execute(stmt).first() is not None,
+        existing=lambda: db.execute(existing).scalar_one_or_none(),
+    )
 
 
 def fenced_upsert(
@@ -136,12 +127,8 @@ def fenced_upsert(
         set_=updates,
         where=stored <= stmt.excluded[token_column],
     ).returning(stored)
-    if db.execute(stmt).first() is not None:
-        return applied(Check.UPSERT, token)
-    current = db.execute(
-        sa.select(stored).where(*(target.c[name] == value for name, value in key.items()))
-    ).scalar_one_or_none()
-    return refused(store, ref, Check.UPSERT, current)
+    current = sa.select(stored).where(*(target.c[name] == value for name, value in key.items()))
+    return _write_outcome(db, stmt, current, store=store, ref=ref, check=Check.UPSERT)
 
 
 def hold_fence(db: Db, name: str, *, run: RunLike) -> Fenced:
@@ -161,12 +148,21 @@ def hold_fence(db: Db, name: str, *, run: RunLike) -> Fenced:
         set_={"token": stmt.excluded.token, "updated_at": sa.func.current_timestamp()},
         where=FENCES.c.token <= stmt.excluded.token,
     ).returning(FENCES.c.token)
-    if db.execute(stmt).first() is not None:
-        return applied(Check.FENCE, token)
-    current = db.execute(
-        sa.select(FENCES.c.token).where(FENCES.c.name == name)
-    ).scalar_one_or_none()
-    return refused(store, ref, Check.FENCE, current)
+    current = sa.select(FENCES.c.token).where(FENCES.c.name == name)
+    return _write_outcome(db, stmt, current, store=store, ref=ref, check=Check.FENCE)
+
+
+def _write_outcome(
+    db: Db, stmt: Any, current: sa.Select[Any], *, store: str, ref: RunRef, check: Check
+) -> Fenced:
+    """Run the fenced write `stmt`; when the store refused it, read its token (`current`)."""
+    return write_outcome(
+        store,
+        ref,
+        check,
+        written=db.execute(stmt).first() is not None,
+        stored=lambda: db.execute(current).scalar_one_or_none(),
+    )
 
 
 def _insert_for(db: Db) -> tuple[str, Callable[[sa.Table], Any]]:
