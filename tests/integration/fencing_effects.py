@@ -13,12 +13,11 @@ from typing import Any
 import psycopg
 import redis
 import sqlalchemy as sa
-from fencing_helpers import INVOICES_SQL, invoices
+from fencing_helpers import INVOICES_SQL, create_store_tables, invoices
 
 from leasecron.fencing import (
     RunLike,
     claim_period,
-    ddl_statements,
     fenced_upsert,
     hold_fence,
     pg_claim_period,
@@ -54,9 +53,7 @@ class Stores:
 def create_tables(stores: Stores) -> None:
     for url in (stores.postgres, stores.sqlite):
         engine = sa.create_engine(url)
-        with engine.begin() as c:
-            for statement in (*ddl_statements(), INVOICES_SQL, "CREATE TABLE ledger (line TEXT)"):
-                c.exec_driver_sql(statement)
+        create_store_tables(engine, INVOICES_SQL, "CREATE TABLE ledger (line TEXT)")
         engine.dispose()
     with psycopg.connect(stores.dsn, autocommit=True) as conn:
         conn.execute(INVOICES_SQL.replace("invoices", "invoices_psycopg"))

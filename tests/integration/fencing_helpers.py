@@ -1,5 +1,6 @@
 """What the fencing store tests share: a run value (any object with namespace, job, tick and
-token is a run to the helpers), the invoices table they write, and counter readings."""
+token is a run to the helpers), the invoices table they write and its creation, and counter
+readings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from prometheus_client import REGISTRY
+
+from leasecron.fencing import ddl_statements
 
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
@@ -31,6 +34,13 @@ INVOICES_SQL = (
     "fence_token BIGINT NOT NULL, PRIMARY KEY (customer, month))"
 )
 NO_TOKEN_SQL = "CREATE TABLE no_token (id INTEGER PRIMARY KEY, total INTEGER)"
+
+
+def create_store_tables(engine: sa.Engine, *tables: str) -> None:
+    """leasecron's fencing tables, then `tables` (CREATE TABLE statements), in one transaction."""
+    with engine.begin() as conn:
+        for statement in (*ddl_statements(), *tables):
+            conn.exec_driver_sql(statement)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from fencing_helpers import (
     INVOICES_SQL,
     NO_TOKEN_SQL,
     Run,
+    create_store_tables,
     invoices,
     no_token,
     refused_claims,
@@ -25,7 +26,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from leasecron.fencing import (
     FencingError,
     claim_period,
-    ddl_statements,
     fenced_upsert,
     hold_fence,
     pg_claim_period,
@@ -52,9 +52,7 @@ class Invoice(Base):
 @pytest.fixture
 def engine(postgres_database: PostgresDatabase) -> Iterator[sa.Engine]:
     made = sa.create_engine(postgres_database.url)
-    with made.begin() as conn:
-        for statement in (*ddl_statements(), INVOICES_SQL, NO_TOKEN_SQL):
-            conn.exec_driver_sql(statement)
+    create_store_tables(made, INVOICES_SQL, NO_TOKEN_SQL)
     yield made
     made.dispose()
 
