@@ -72,22 +72,13 @@ if TYPE_CHECKING:
     )
     from leasecron.fencing._sqlalchemy import claim_period, fenced_upsert, hold_fence
 
-_LAZY = {
-    "_sqlalchemy": ("SQLAlchemy", ("claim_period", "fenced_upsert", "hold_fence")),
-    "_psycopg": ("psycopg", ("pg_claim_period", "pg_fenced_upsert", "pg_hold_fence")),
-    "_redis": (
-        "redis",
-        (
-            "redis_claim_period",
-            "redis_claim_period_async",
-            "redis_fenced_exec",
-            "redis_fenced_exec_async",
-            "redis_fenced_hset",
-            "redis_fenced_hset_async",
-        ),
-    ),
+_DRIVERS = {
+    "pg_": ("_psycopg", "psycopg"),
+    "redis_": ("_redis", "redis"),
+    "": ("_sqlalchemy", "SQLAlchemy"),
 }
-_HOME = {name: module for module, (_, names) in _LAZY.items() for name in names}
+"""Where a helper named in `__all__` but not imported above lives, by its name's prefix: its
+module, and the package that module needs."""
 
 __all__ = [
     "CLAIMS_REFUSED",
@@ -124,10 +115,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
+    if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    package = _LAZY[module][0]
+    module, package = next(home for prefix, home in _DRIVERS.items() if name.startswith(prefix))
     try:
         loaded = importlib.import_module(f"{__name__}.{module}")
     except ModuleNotFoundError as e:
