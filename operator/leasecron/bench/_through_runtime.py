@@ -5,10 +5,11 @@ runs it, with the benchmark's ScheduledJobs (created by the parent) and one asyn
 group has no record yet) and report "ready"; on the epoch command wait until it runs all
 `--jobs` (and `--warm-up-jobs`) jobs ("synced"), report every handler start of a benchmark job
 as a grant (job, tick index, token, the handler's own wall-clock start `t`, its lag after the
-tick, and when the write claiming its instant went out and was answered), and once the last
-tick's runs are over and this process's run records are written, report "done" with its API
-requests and writes (by resource), when its record backlog last emptied (`records_idle_at`:
-every JobRun of its runs written), peak RSS and CPU seconds.
+tick, and when the write claiming its instant went out and was answered), and once the parent
+says every run has started (`{"finish": true}`: it saw them all, or the last tick's
+startingDeadline passed), the last runs are over and this process's run records are written,
+report "done" with its API requests and writes (by resource), when its record backlog last
+emptied (`records_idle_at`: every JobRun of its runs written), peak RSS and CPU seconds.
 
 `requests`: the same Scheduler; report "ready", then "synced" once it runs the benchmark's
 job, and a "start" (the run's tick, token, the handler's own wall-clock start `t`) at every
@@ -38,6 +39,7 @@ HANDLER = "bench"
 _SETTLE_S = 3.0
 _RECORDS_WAIT_S = 120.0
 _BACKLOG_POLL_S = 0.02
+_QUIET_S = 1.0
 
 
 def _backlog() -> float:
@@ -63,13 +65,14 @@ class _BacklogWatch:
 
 
 class ClaimWrites:
-    """Times of this process's writes to shard Leases by the instant they carry (the tick
-    annotation), wrapped around its Kube: when the claim of a run's instant went out and how
-    long the API server took to answer it, to tell a start's lag apart."""
+    """Times of this process's claims of shard Lease instants (the first write carrying an
+    instant and a token; the renewals after it are left out), wrapped around its Kube: when
+    the claim of a run's instant went out and how long the API server took to answer it, to
+    tell a start's lag apart."""
 
     def __init__(self, kube: Kube) -> None:
         self._request = kube.request
-        self.by_instant: dict[float, list[tuple[float, float]]] = {}
+        self.by_claim: dict[tuple[float, int], tuple[float, float]] = {}
         self.trace: list[tuple[str, str, float, float]] | None = (
             [] if os.environ.get("LEASECRON_BENCH_TRACE") else None
         )
@@ -88,14 +91,14 @@ class ClaimWrites:
             and "leasecron-shard-" in path + str(kwargs.get("body", ""))
         ):
             tick = _tick_of(answer)
-            if tick is not None:
-                self.by_instant.setdefault(tick, []).append((sent, time.time()))
+            token = (answer.get("spec") or {}).get("leaseTransitions")
+            if tick is not None and isinstance(token, int):
+                self.by_claim.setdefault((tick, token), (sent, time.time()))
         return answer
 
-    def claim_before(self, instant: float, started: float) -> tuple[float, float] | None:
-        """(sent, answered) of the last write carrying `instant` answered before `started`."""
-        done = [w for w in self.by_instant.get(instant, []) if w[1] <= started]
-        return done[-1] if done else None
+    def claim_of(self, instant: float, token: int | None) -> tuple[float, float] | None:
+        """(sent, answered) of the write that claimed `instant` with `token`."""
+        return None if token is None else self.by_claim.get((instant, token))
 
 
 def _tick_of(lease: dict[str, Any]) -> float | None:
@@ -127,6 +130,20 @@ async def _until(condition: Callable[[], bool], *, timeout: float | None) -> Non
         await asyncio.sleep(0.1)
 
 
+async def _until_written(kube: Kube) -> None:
+    """Until the record backlog is empty and no write went out for `_QUIET_S` (the final
+    status of a run recorded on its start path is written after its handler, not queued), at
+    most `_RECORDS_WAIT_S` seconds."""
+    deadline = time.monotonic() + _RECORDS_WAIT_S
+    writes, quiet_since = kube.write_count, time.monotonic()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        if kube.write_count != writes or _backlog() > 0:
+            writes, quiet_since = kube.write_count, time.monotonic()
+        elif time.monotonic() - quiet_since >= _QUIET_S:
+            return
+
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -151,7 +168,7 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         started = time.time()
         instant = ctx.tick.timestamp()
         if epoch is not None and ctx.job.startswith("bench-"):  # not a warm-up job
-            claim = claims.claim_before(instant, started)
+            claim = claims.claim_of(instant, ctx.token)
             io.emit(
                 event="grant",
                 job=int(ctx.job.rsplit("-", 1)[1]),
@@ -205,9 +222,11 @@ async def _measure(
     by_resource = writes_by_resource()
     watch = _BacklogWatch()
     watcher = asyncio.create_task(watch.run())
-    end = epoch + (args.ticks - 1) * args.period + args.run_ms / 1000.0 + _SETTLE_S
-    await asyncio.sleep(max(0.0, end - time.time()))
-    await _until(lambda: _backlog() <= 0, timeout=_RECORDS_WAIT_S)
+    # The parent says when every run of the ticks has started (or could no longer start);
+    # then the last runs end and their records are written.
+    await io.next_command()
+    await asyncio.sleep(args.run_ms / 1000.0 + _SETTLE_S)
+    await _until_written(kube)
     watcher.cancel()
     after = writes_by_resource()
     if claims.trace is not None:  # $LEASECRON_BENCH_TRACE: every request, for a closer look

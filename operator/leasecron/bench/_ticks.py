@@ -145,7 +145,15 @@ def measure_ticks(
             )
     run.progress(f"{replicas} replicas ready; {ticks} ticks of {jobs} jobs from epoch {epoch:.0f}")
     budget = ticks * PERIOD_S + STARTING_DEADLINE_S + 120.0 + jobs * 0.05
-    done = _collect(run, replicas=replicas, expected=jobs * ticks, budget=budget)
+    # Through the runtime a replica cannot tell when the instant's last run has started (a
+    # run may start until its startingDeadline): the parent says so, once it has seen every
+    # start or once the deadline of the last tick has passed.
+    finish_at = None
+    if run.through == "runtime":
+        finish_at = epoch + (ticks - 1) * PERIOD_S + STARTING_DEADLINE_S + run_ms / 1000.0
+    done = _collect(
+        run, replicas=replicas, expected=jobs * ticks, budget=budget, finish_at=finish_at
+    )
     grants = [m for m in run.group.history if m.event == "grant"]
     _write_trace(run, epoch)
     jobruns: dict[str, int] = {}
@@ -168,15 +176,22 @@ def _write_trace(run: BenchRun, epoch: float) -> None:
     run.progress(f"request trace written to {path}")
 
 
-def _collect(run: BenchRun, *, replicas: int, expected: int, budget: float) -> list[Message]:
+def _collect(
+    run: BenchRun, *, replicas: int, expected: int, budget: float, finish_at: float | None
+) -> list[Message]:
     """Read until every replica is done (BenchError after `budget` seconds), printing the
-    grants seen so far every few seconds; the done messages."""
+    grants seen so far every few seconds; the done messages. With `finish_at` (wall time),
+    every replica is told to finish once `expected` grants are seen or at `finish_at`."""
     deadline = time.monotonic() + budget
     done: dict[str, Message] = {}
     grants, reported = 0, time.monotonic()
     while len(done) < replicas:
         if time.monotonic() > deadline:
             raise BenchError(f"replicas not done after {budget:.0f}s ({grants} grants seen)")
+        if finish_at is not None and (grants >= expected or time.time() >= finish_at):
+            finish_at = None
+            for replica in run.group.replicas.values():
+                replica.send({"finish": True})
         message = run.group.poll(timeout=1.0)
         if message is not None and message.event == "grant":
             grants += 1
