@@ -254,17 +254,32 @@ class ShardLock(TickLock):
                 return
 
     async def _hold(self, interval: float) -> None:
+        """Renew `interval` after the newest grant was claimed or last renewed (its deadline
+        less two intervals), however late this task got to run: a claim answered late, or a
+        loop busy starting the claim's runs, must not push the renewal past the deadline. A
+        renewal that did not land is tried again after a short pause."""
+        retry = min(interval, 1.0)
+        not_before = 0.0  # after a renewal that did not land: the next attempt's earliest time
         while self._uses:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), timeout=interval)
+            newest = self._renewable()
+            due = not_before
+            if newest is not None:
+                due = max(due, newest.expires_at - 2 * interval)
+            wait = due - self._clock.monotonic()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._idle.wait(), timeout=wait)
+                continue  # woken early (idle) or on time: decide on what is known now
             grants = self._in_use()
-            if not self._uses or not grants:
+            if not grants:
                 break
             async with self._mutex:  # never racing our own claim of the next instant
                 newest = self._renewable()
                 if newest is None:
+                    not_before = self._clock.monotonic() + retry
                     continue  # our own claim of a later instant is landing: it just renewed
                 renewed = await self.renew(newest)
+            not_before = 0.0 if renewed else self._clock.monotonic() + retry
             for grant in grants:
                 if renewed:
                     grant.extend(newest.expires_at)

@@ -4,6 +4,9 @@ It reuses the official `kubernetes` client for everything about *how* to connect
 and in-cluster loading, TLS, client certificates, bearer tokens and their refresh) and sends
 raw JSON itself: dicts in, dicts out, errors mapped by `errors.map_error`. Blocking requests run
 in a bounded thread pool; `request()` is the async face of the one blocking implementation.
+Requests for Leases (claims, renewals, releases, member and group records) have a small pool
+of their own, so that a grant's renewal never queues behind the pool's other requests (the
+thousands of run records of one claim, say) while its deadline passes.
 Each request has its own timeout (`timeout=`, default `request_timeout`), enforced by urllib3
 in the sending thread, so no caller needs `asyncio.wait_for` around a request.
 
@@ -103,6 +106,11 @@ class WatchStream(Iterator[bytes]):
             self._lines.close()  # suspended in this thread: runs its cleanup now
 
 
+LEASE_WORKERS = 4
+"""Threads of the Lease pool: Lease requests are few, small and each has a deadline."""
+_LEASE_PATHS = "/apis/coordination.k8s.io/"
+
+
 class Kube:
     """Async facade over the official `kubernetes` client (auth, TLS, config); raw JSON dicts
     in and out. Blocking calls run in a bounded thread pool; one Kube per process is the norm.
@@ -127,12 +135,15 @@ class Kube:
         self.request_timeout = request_timeout
         self._owns_client = False
         configuration = api_client.configuration
-        wanted = max_workers + 16
+        wanted = max_workers + LEASE_WORKERS + 16
         if (configuration.connection_pool_maxsize or 0) < wanted:
             configuration.connection_pool_maxsize = wanted
             api_client.rest_client.close()
             api_client.rest_client = kubernetes.client.rest.RESTClientObject(configuration)
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="leasecron-kube")
+        self._lease_executor = ThreadPoolExecutor(
+            LEASE_WORKERS, thread_name_prefix="leasecron-kube-leases"
+        )
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._wrappers: tuple[TransportWrapper, ...] = ()
@@ -159,7 +170,7 @@ class Kube:
             kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, context=context, client_configuration=configuration
             )
-        configuration.connection_pool_maxsize = max_workers + 16
+        configuration.connection_pool_maxsize = max_workers + LEASE_WORKERS + 16
         kube = cls(
             kubernetes.client.ApiClient(configuration),
             max_workers=max_workers,
@@ -215,11 +226,12 @@ class Kube:
         content_type: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109  # urllib3's own, in the sending thread
     ) -> dict[str, Any]:
-        """Send one request from the pool; the parsed JSON response (`{}` when empty).
-        `timeout`: seconds for this request (default `request_timeout`). Raises KubeError
-        subclasses. Cancelling the call (or a caller-side timeout) does not stop a write
-        already in flight: it may still land, and callers read back before relying on it
-        not having happened. Prefer `timeout=`, which ends the request itself."""
+        """Send one request from the pool (a Lease request from the Lease pool); the parsed
+        JSON response (`{}` when empty). `timeout`: seconds for this request (default
+        `request_timeout`). Raises KubeError subclasses. Cancelling the call (or a
+        caller-side timeout) does not stop a write already in flight: it may still land, and
+        callers read back before relying on it not having happened. Prefer `timeout=`,
+        which ends the request itself."""
         call = functools.partial(
             self.request_sync,
             method,
@@ -229,7 +241,8 @@ class Kube:
             content_type=content_type,
             timeout=timeout,
         )
-        future = self._executor.submit(call)
+        pool = self._lease_executor if path.startswith(_LEASE_PATHS) else self._executor
+        future = pool.submit(call)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -358,6 +371,7 @@ class Kube:
         """Stop the pool (requests in flight finish in their threads) and, for a Kube built by
         `from_config`, close its connections."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._lease_executor.shutdown(wait=False, cancel_futures=True)
         if self._owns_client:
             self.api_client.rest_client.close()
 

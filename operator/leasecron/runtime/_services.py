@@ -35,6 +35,7 @@ from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
 from leasecron.runtime._observe import RunObserver
+from leasecron.runtime._pacing import StartPacer
 from leasecron.runtime._planning import TickPlan
 from leasecron.runtime._records import Recorder, outcome_of
 from leasecron.runtime._registry import HandlerRegistry, RegisteredHandler
@@ -132,6 +133,9 @@ class Services:
     """The shard count proposed for the group (docs/design.md §5.8); its record's count wins."""
     observer: RunObserver = field(default_factory=RunObserver)
     """The run hooks and spans: told of every handler call, outcome and skip."""
+    pacer: StartPacer = field(default_factory=StartPacer)
+    """Lets the starts of a claimed plan through a slice of loop time at a time, so that the
+    grant renewals behind a claim of thousands of runs keep their deadlines."""
 
     def context(
         self,
@@ -403,9 +407,11 @@ class Services:
         """Run a claimed plan under `fence`: queue the records of its missed ticks, then run
         each planned tick in order through `run_tick`. Once the fence has ended (or a stop was
         asked), the ticks not started are recorded `Missed`: the Lease records them as
-        claimed, so nobody else will run them."""
+        claimed, so nobody else will run them. Each start waits its turn at the pacer (a
+        claim of thousands of runs must not hold the event loop for seconds at a time)."""
         await self.record_missed(job, plan.missed, fence.token, reason=MISSED_LATE)
         for index, tick in enumerate(plan.run):
+            await self.pacer.turn()
             if control.stopping or not fence.held:
                 unrun = plan.run[index:]
                 await self.record_missed(job, unrun, fence.token, reason=MISSED_ENDED)

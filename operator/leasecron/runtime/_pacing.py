@@ -1,0 +1,100 @@
+"""`StartPacer`: run starts let through a slice of event-loop time at a time.
+
+A claim can make thousands of runs due on one instant (every job of a shard), and each start
+costs the event loop a little (its record, its context, its handler task). Started all at
+once, they take one loop iteration of seconds, and every timer and reply waiting behind them
+waits as long: the shard grants' renewals among them, so the grants expire by local time and
+the runs under them end `LostLock` (docs/benchmarks.md, "Loss at 10,000 jobs").
+
+The pacer lets starts through at once while the current slice (`slice_s` of loop time) lasts
+and queues the rest in arrival order; one loop iteration later it wakes the next batch of
+them (twice as many as last time while they all fit in their slice, else as many as did; a
+woken start that no longer fits waits for the next slice, first). So each iteration does
+about one slice of start work, and whatever else is ready (a renewal's timer, its reply) runs
+between slices, while the work around the starts does not slow them down. It does not bound
+anything a handler does once it runs, and it does not reorder starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+DEFAULT_SLICE_S = 0.02
+"""Loop time per slice of starts: small beside a grant's renewal interval (seconds)."""
+
+
+class StartPacer:
+    """Admits run starts one slice of event-loop time at a time (one per event loop)."""
+
+    def __init__(self, *, slice_s: float = DEFAULT_SLICE_S) -> None:
+        if slice_s <= 0:
+            raise ValueError(f"slice_s must be positive, not {slice_s!r}")
+        self.slice_s = slice_s
+        self._until: float | None = None
+        """Loop time the open slice ends; None while no slice is open."""
+        self._fitted = 0
+        self._overflowed = False
+        self._batch = 1
+        """Queued starts woken per slice: doubled while they all fit, else those that did."""
+        self._closing = False
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._again: deque[asyncio.Future[None]] = deque()
+        """Woken when the slice was already full: first in the next slice, in order."""
+
+    @property
+    def waiting(self) -> int:
+        """Starts queued for a later slice."""
+        return len(self._again) + len(self._waiting)
+
+    async def turn(self) -> None:
+        """Return when this start may go: at once while the open slice lasts and nobody is
+        queued, else in a later slice, in arrival order."""
+        loop = asyncio.get_running_loop()
+        if not self.waiting and self._fits(loop):
+            return
+        queue = self._waiting
+        while True:
+            future: asyncio.Future[None] = loop.create_future()
+            queue.append(future)
+            self._close_soon(loop)
+            await future
+            if self._fits(loop):
+                return
+            queue = self._again
+
+    def _fits(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether a start still fits in the open slice (opening one when none is)."""
+        now = loop.time()
+        if self._until is None:
+            self._until = now + self.slice_s
+            self._close_soon(loop)
+        if now < self._until:
+            self._fitted += 1
+            return True
+        self._overflowed = True
+        return False
+
+    def _close_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._closing:
+            self._closing = True
+            loop.call_soon(self._close, loop)
+
+    def _close(self, loop: asyncio.AbstractEventLoop) -> None:
+        """After the starts of a slice have taken their step: the slice is over; wake the
+        next batch of queued starts (they run in the next iteration, then this runs again)."""
+        self._closing = False
+        if self._overflowed:
+            self._batch = max(1, self._fitted)
+        elif self._fitted >= self._batch:
+            self._batch *= 2
+        self._until, self._fitted, self._overflowed = None, 0, False
+        woken = 0
+        for queue in (self._again, self._waiting):
+            while queue and woken < self._batch:
+                future = queue.popleft()
+                if not future.done():  # not cancelled while queued
+                    future.set_result(None)
+                    woken += 1
+        if woken:
+            self._close_soon(loop)  # after the wake-ups: it runs once they have taken a step

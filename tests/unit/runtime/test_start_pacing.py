@@ -1,0 +1,86 @@
+"""`StartPacer`: run starts go through a slice of event-loop time at a time, so that what
+waits on the loop behind thousands of starts (a grant's renewal) runs between slices."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from leasecron.runtime._pacing import StartPacer
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def _starts_and_a_timer(pacer: StartPacer | None, *, starts: int) -> tuple[int, int]:
+    """`starts` tasks each holding the loop 1 ms once let through, and a callback due as
+    they begin: how many starts had run when it ran, and how many in all."""
+    started = 0
+    seen_at: list[int] = []
+
+    async def start() -> None:
+        nonlocal started
+        if pacer is not None:
+            await pacer.turn()
+        _busy(0.001)
+        started += 1
+
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.0, lambda: seen_at.append(started))
+    await asyncio.gather(*(start() for _ in range(starts)))
+    return seen_at[0], started
+
+
+def test_a_timer_due_during_a_burst_of_paced_starts_runs_long_before_the_last_start() -> None:
+    seen, total = asyncio.run(_starts_and_a_timer(StartPacer(slice_s=0.01), starts=300))
+    assert total == 300
+    assert seen < 100
+
+
+def test_without_pacing_the_same_timer_waits_for_every_start() -> None:
+    seen, total = asyncio.run(_starts_and_a_timer(None, starts=300))
+    assert (seen, total) == (300, 300)
+
+
+def test_paced_starts_keep_their_arrival_order() -> None:
+    async def main() -> list[int]:
+        pacer, order = StartPacer(slice_s=0.005), []
+
+        async def start(index: int) -> None:
+            await pacer.turn()
+            _busy(0.001)
+            order.append(index)
+
+        await asyncio.gather(*(start(i) for i in range(50)))
+        return order
+
+    assert asyncio.run(main()) == list(range(50))
+
+
+def test_a_start_cancelled_while_queued_does_not_stop_the_others() -> None:
+    async def main() -> int:
+        pacer, done = StartPacer(slice_s=0.001), 0
+
+        async def start() -> None:
+            nonlocal done
+            await pacer.turn()
+            _busy(0.002)
+            done += 1
+
+        tasks = [asyncio.ensure_future(start()) for _ in range(20)]
+        await asyncio.sleep(0)
+        tasks[10].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return done
+
+    assert asyncio.run(main()) == 19
+
+
+def test_a_slice_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="slice_s"):
+        StartPacer(slice_s=0)
