@@ -124,7 +124,7 @@ def measure_guards(
         run.group.replicas[name].send({"epoch": epoch})
     run.progress(f"{replicas} replicas ready; {ticks} ticks {period:g}s apart from {epoch:.0f}")
     budget = (ticks + warm_up) * period + _LEAD_S + 60.0
-    done = _collect(run, replicas=replicas, expected=ticks, budget=budget)
+    done = _collect(run, replicas=replicas, expected=ticks, budget=budget, finish_at=None)
     grants = [m for m in run.group.history if m.event == "grant"]
     jobruns = asyncio.run(_count_jobruns(run.kubeconfig, run.namespace, since=epoch)) if job else {}
     return GuardResults(grants=grants, done=done, jobruns=jobruns)

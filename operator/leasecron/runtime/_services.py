@@ -31,6 +31,7 @@ from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.models.specs import Attempt, Bucket, JobRun, Outcome, ScheduledJob, Trigger
+from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
@@ -192,7 +193,7 @@ class Services:
         stopped at its spec.timeout; None when it is not registered."""
         handler = self.registry.get(job.handler_name)
         if handler is None:
-            self.skip(job, "no_handler", tick=ctx.tick)
+            self.skip(job, SkipReason.NO_HANDLER, tick=ctx.tick)
             return None
         call = self.handler_call(handler, ctx, start_by=start_by)
         timeout = timeout_of(job, grace_period=self.grace_period)
@@ -256,7 +257,7 @@ class Services:
         could not start by `start_by`: then it is recorded Missed)."""
         token = fence.token if fence is not None else None
         if start_by is not None and self.clock.now() > start_by:
-            self.skip(job, "deadline", tick=tick)
+            self.skip(job, SkipReason.DEADLINE, tick=tick)
             if fence is not None:
                 await self.record_missed(job, (tick,), fence.token, reason=MISSED_LATE)
             return None
@@ -272,7 +273,7 @@ class Services:
             try:
                 run = await self._start_record(job, tick, token=token, record=record)
             except AlreadyExists:
-                self.skip(job, "exists", tick=tick)
+                self.skip(job, SkipReason.EXISTS, tick=tick)
                 return None
             except (KubeError, TimeoutError) as e:
                 if record is RecordMode.GUARDED:
@@ -282,7 +283,7 @@ class Services:
                         tick=format_tick(tick),
                         error=repr(e),
                     )
-                    self.skip(job, "record_failed", tick=tick)
+                    self.skip(job, SkipReason.RECORD_FAILED, tick=tick)
                     if isinstance(e, OutcomeUnknown | TimeoutError):
                         # The create may have landed: that record must not stay Running (the
                         # Missed one takes over our own record of the tick).
@@ -308,7 +309,7 @@ class Services:
         attempt = control.attempt()
         end = await self.run_handler(job, ctx, attempt, observe_lag=observe_lag, start_by=start_by)
         if end is not None and end.late:
-            self.skip(job, "deadline", tick=tick)
+            self.skip(job, SkipReason.DEADLINE, tick=tick)
             if deferred is not None:
                 self.recorder.deferred.finish(
                     deferred, outcome=Outcome.MISSED, message=MISSED_LATE, now=self.clock.now()

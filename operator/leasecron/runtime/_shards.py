@@ -705,6 +705,7 @@ class ShardTicks:
         self, entry: _Entry, grant: Grant, *, catch_up: bool, mark: datetime | None
     ) -> None:
         services, job, instant = self._services, entry.job, grant.tick
+        await services.pacer.turn()  # a slice of loop time for the plan, as for the start
         schedule = job.spec.parsed_schedule
         assert schedule is not None
         plan = plan_claimed(
@@ -739,6 +740,7 @@ class ShardTicks:
         schedule = job.spec.parsed_schedule
         if schedule is None or job.spec.suspend:
             return
+        await services.pacer.turn()
         plan = plan_overtaken(
             schedule,
             instant=grant.tick,
