@@ -383,7 +383,7 @@ def test_a_request_whose_writes_meet_faults_runs_once_and_is_recorded_succeeded(
 
 
 def test_requests_never_take_a_shard_mates_tick_that_is_due_and_not_claimed_yet(
-    kube_api: Any, namespace: str, leasecron_crds: list[str]
+    kube_api: Any, namespace: str, kubes: list[Kube]
 ) -> None:
     """One shard for both jobs; the scheduled job's replica is a little slow to write its
     claims. Requests made just after each of its ticks wait for that tick to be claimed
@@ -403,7 +403,7 @@ def test_requests_never_take_a_shard_mates_tick_that_is_due_and_not_claimed_yet(
         SCHEDULEDJOB_PLURAL,
         scheduled_job("every-two", schedule="@every 2s", startingDeadline="1500ms"),
     )
-    slow, quick = Kube(kube_api, max_workers=4), Kube(kube_api, max_workers=4)
+    slow, quick = kubes[:2]
 
     def late_lease_writes(request: Request, send: Send) -> Any:
         if request.write and request.resource.startswith("leases"):

@@ -315,12 +315,11 @@ def test_a_deletion_waits_only_a_bounded_time_when_the_floor_cannot_be_recorded(
 
 
 def test_a_job_moved_to_another_group_keeps_its_tokens_rising(
-    kube_api: ApiClient, namespace: str, start_operator: StartOperator
+    kube_api: ApiClient, kube: Kube, namespace: str, start_operator: StartOperator
 ) -> None:
     """The other group's shard Leases were made before the job ran many ticks, so they have
     handed out fewer tokens than the job has seen: the job's first claim there goes above the
     token its status records."""
-    kube = Kube(kube_api, max_workers=4)
     fast = Tuning(member_duration_s=3, member_renew_every=1.0)
     before, after = CapturingHandler(), CapturingHandler()
     with start_operator(), contextlib.ExitStack() as stack:
