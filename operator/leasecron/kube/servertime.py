@@ -7,9 +7,11 @@ answered, to the second. A request sent at local wall time `sent` and answered a
 [sent, received] of ours, so the offset (server minus local) lies in the open interval
 (Date - received, Date + 1 - sent). `ServerTime` intersects those intervals over the recent
 responses (`WINDOW_S`, at most `SAMPLES`): requests answered at different phases of the
-server's second narrow it to about one round trip. Its estimate is the middle of the
-intersection. An empty intersection means a clock stepped (NTP, a suspended VM): the older
-samples are dropped and the estimate starts again from the newest.
+server's second narrow it to about one round trip. The offset used is the smallest the
+responses allow: 0 while the intersection holds 0 (the local clock agrees with the server as
+far as can be told, so replicas in step stay in step, untouched by the estimate's width),
+else its end nearest 0. An empty intersection means a clock stepped (NTP, a suspended VM):
+the older samples are dropped and the estimate starts again from the newest.
 
 `ServerTime.wrapper` is a transport wrapper (`kube.transports`) that feeds it from every
 response a `Kube` gets; `install(kube)` puts it on a Kube and `remove()` takes it off.
@@ -58,7 +60,8 @@ class ServerTime:
         self._kube: Kube | None = None
 
     def offset(self) -> float:
-        """Seconds to add to `wall()` to read the server's clock (0 until a response)."""
+        """Seconds to add to `wall()` to read the server's clock: the smallest correction
+        the responses prove needed (0 until a response, and while 0 is possible)."""
         return self._offset
 
     @property
@@ -89,7 +92,7 @@ class ServerTime:
                 samples.append(newest)
                 low, high = newest[1], newest[2]
             self._bounds = (low, high)
-            self._offset = (low + high) / 2
+            self._offset = low if low > 0 else high if high < 0 else 0.0
 
     def wrapper(self, request: Request, send: Send) -> urllib3.BaseHTTPResponse:
         """A transport wrapper: passes the request on and observes the response's Date."""

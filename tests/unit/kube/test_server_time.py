@@ -49,6 +49,27 @@ def test_responses_at_different_phases_narrow_the_offset_to_about_a_round_trip(
     assert abs(clock.offset() - offset) < 0.05
 
 
+def test_a_clock_the_responses_cannot_prove_off_is_not_corrected() -> None:
+    wall = Wall()
+    clock = ServerTime(monotonic=lambda: wall.mono)
+    for _ in range(3):
+        respond(clock, wall, offset=0.0, rtt=0.4)  # in step: every interval holds 0
+        wall.t += 0.5
+        wall.mono += 0.5
+    low, high = clock.bounds or (1.0, 1.0)
+    assert low <= 0 <= high
+    assert clock.offset() == 0.0
+
+
+def test_a_clock_proven_off_is_corrected_by_the_least_the_responses_allow() -> None:
+    wall = Wall()
+    clock = ServerTime(monotonic=lambda: wall.mono)
+    respond(clock, wall, offset=3.0)
+    low, _ = clock.bounds or (0.0, 0.0)
+    assert 0 < low <= 3.0
+    assert clock.offset() == low
+
+
 def test_one_response_bounds_the_offset_within_a_second() -> None:
     wall = Wall()
     clock = ServerTime(monotonic=lambda: wall.mono)
