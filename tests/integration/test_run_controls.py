@@ -7,6 +7,7 @@ and the operator counts TimedOut as a failure."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections import Counter
@@ -19,6 +20,7 @@ from operator_helpers import StartOperator, get_job, jobruns, poll
 from prometheus_client import REGISTRY
 
 from leasecron import JobContext, Scheduler
+from leasecron.coordination.groups import change_shard_count
 from leasecron.kube.clients import Kube
 from leasecron.models.names import (
     GROUP,
@@ -28,6 +30,7 @@ from leasecron.models.names import (
     format_tick,
     jobrun_name,
 )
+from leasecron.models.shards import shard_of
 from leasecron.runtime import Tuning
 from leasecron.runtime._overlap import MISSED_OVERLAP
 from leasecron.testing.handlers import CapturingHandler, run_tick_sync, scheduled_job
@@ -495,3 +498,50 @@ def test_the_operator_shows_a_timed_out_run_as_the_last_run_and_not_as_a_success
         job_status = get_job(kube_api, namespace, "hang")["status"]
         assert "lastSuccessfulTime" not in job_status
         assert [status(r)["outcome"] for r in jobruns(kube_api, namespace)] == ["TimedOut"]
+
+
+def test_forbid_holds_across_a_shard_count_change_while_a_run_goes_on_the_retired_lease(
+    kube_api: Any, namespace: str, kubes: list[Kube]
+) -> None:
+    """Replica A runs `long`'s first (slow) run under the one shard Lease of count 1; the
+    count becomes 2 meanwhile, and replica B, the only one with every handler due, claims the
+    next instants on the new shard Lease. B does not start `long` while A's run goes."""
+    assert shard_of("long", shards=2) == shard_of("other", shards=2)
+    spans: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+    first = threading.Event()
+
+    def long(who: str) -> Callable[[JobContext], None]:
+        def run(ctx: JobContext) -> None:
+            start = time.time()
+            if not first.is_set():
+                first.set()
+                time.sleep(6)
+            with lock:
+                spans.append((who, start, time.time()))
+
+        return run
+
+    create_job(kube_api, namespace, "long", schedule="@every 2s")
+    create_job(kube_api, namespace, "other", schedule="@every 2s")
+    a = Scheduler(namespace=namespace, kube=kubes[0], identity="a", tuning=FAST, shards=1)
+    a.register("long", long("a"))
+    b = Scheduler(namespace=namespace, kube=kubes[1], identity="b", tuning=FAST, shards=1)
+    b.register("long", long("b"))
+    b.register("other", lambda ctx: None)
+    a.start()
+    try:
+        assert first.wait(20)
+        asyncio.run(change_shard_count(kubes[2], namespace=namespace, group="default", shards=2))
+        b.start()
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not any(w == "b" for w, _, _ in spans):
+                time.sleep(0.2)
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+    assert any(w == "b" for w, _, _ in spans), spans
+    ordered = sorted(spans, key=lambda s: s[1])
+    assert all(x[2] <= y[1] for x, y in itertools.pairwise(ordered)), ordered

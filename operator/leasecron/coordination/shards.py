@@ -181,6 +181,38 @@ class ShardLock(TickLock):
             return True
         return self.name == shard_lease_name(group.group, int(index), shards=group.state.shards)
 
+    def held_by_other(self) -> bool:
+        """Whether the Lease, as this process sees it, shows another party's live grant."""
+        seen = self.lease.observe()
+        if seen is None:
+            return False
+        record = seen.observation.record
+        live = grant_live(
+            seen.observation,
+            now_mono=self._clock.monotonic(),
+            fallback_s=self.config.lease_duration_s,
+        )
+        return live and bool(record.holder) and record.holder != self.identity
+
+    async def wait_free(self, *, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait (on the watched Lease, sending nothing) until no other party's grant on it is
+        live: released, or expired by local time; False when `timeout` seconds pass first."""
+        clock = self._clock
+        end = clock.monotonic() + timeout
+        while self.held_by_other():
+            seen = self.lease.observe()
+            until = end
+            if seen is not None:
+                expiry = expires_at(seen.observation, fallback_s=self.config.lease_duration_s)
+                until = min(end, expiry + 0.01)
+            wait = until - clock.monotonic()
+            if clock.monotonic() >= end:
+                return False
+            await self.lease.view.wait_for(
+                self.namespace, self.name, lambda: not self.held_by_other(), timeout=max(0.01, wait)
+            )
+        return True
+
     def holding(self) -> bool:
         """Whether the Lease shows a live grant of ours: then only this replica can claim the
         shard's next instant, so it need not wait its turn."""

@@ -54,10 +54,18 @@ from leasecron.coordination.locks import (
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.kube.errors import KubeError
 from leasecron.models.decisions import SKIP_DEADLINE, SKIP_LIVE_GRANT, SKIP_TAKEN, rendezvous_rank
-from leasecron.models.groups import GroupState, shard_ref
-from leasecron.models.shards import ShardRef, due_at, shard_key
-from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
-from leasecron.models.vocabulary import SkipReason
+from leasecron.models.groups import GroupState, retired, shard_ref
+from leasecron.models.names import LABEL_GROUP, LABEL_ROLE
+from leasecron.models.shards import (
+    LABEL_SHARD,
+    MAX_SHARDS,
+    ShardRef,
+    due_at,
+    shard_key,
+    shard_lease_name,
+)
+from leasecron.models.specs import ConcurrencyPolicy, ScheduledJob, StoreUnavailablePolicy
+from leasecron.models.vocabulary import Role, SkipReason
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._overlap import MISSED_OVERLAP, Overlapping, make_way
 from leasecron.runtime._planning import (
@@ -136,6 +144,7 @@ class ShardTicks:
         """Per shard Lease: settled once this replica's claim of its latest instant is."""
         self._group: GroupRecord | None = None
         self._group_started: asyncio.Task[GroupState] | None = None
+        self._retired_refs: dict[str, ShardRef | None] = {}
         self._tokens: dict[str, int] = {}
         """Per job: the highest fencing token its ScheduledJob's status records (a token of
         another shard Lease, another group's, or a guard's): its next claim goes above it."""
@@ -802,7 +811,10 @@ class ShardTicks:
 
     async def _previous_done(self, entry: _Entry, instant: datetime) -> bool:
         """Whether `instant` of the job may start beside its runs here (concurrencyPolicy:
-        Forbid waits for them until the instant's startingDeadline, Replace stops them)."""
+        Forbid waits for them until the instant's startingDeadline, Replace stops them), and
+        beside a run of it that may still go on another replica under a retired shard Lease
+        (the shard count changed): Forbid and Replace wait for that grant to end, Replace
+        until just before the instant's start-by (it cannot stop another replica's run)."""
         runs = [r for r in (entry.running, *entry.earlier.runs()) if r is not None]
         left = instant + entry.job.spec.starting_deadline - self._services.clock.now()
         grace = stop_grace(self._services.grace_period)
@@ -810,7 +822,48 @@ class ShardTicks:
         may = await make_way(
             runs, job=entry.job, tick=instant, grace=grace, wait=left.total_seconds()
         )
+        if may and entry.job.spec.concurrency_policy is not ConcurrencyPolicy.ALLOW:
+            elsewhere = self._retired_elsewhere(entry.job)
+            if elsewhere is not None:
+                left = instant + entry.job.spec.starting_deadline - self._services.clock.now()
+                free = await elsewhere.wait_free(timeout=max(0.0, left.total_seconds() - 0.1))
+                replace = entry.job.spec.concurrency_policy is ConcurrencyPolicy.REPLACE
+                may = free or replace
         return entry.earlier.turn(instant) and may
+
+    def _retired_elsewhere(self, job: ScheduledJob) -> ShardLock | None:
+        """The retired shard Lease (of an earlier shard count) that claimed `job`'s ticks,
+        when another replica holds a live grant on it: its runs may include one of `job`."""
+        services = self._services
+        for obj in services.lease_cache.items():
+            metadata = obj.get("metadata") or {}
+            labels = metadata.get("labels") or {}
+            if labels.get(LABEL_GROUP) != services.group or labels.get(LABEL_ROLE) != Role.SHARD:
+                continue
+            if not retired(metadata.get("annotations") or {}):
+                continue
+            ref = self._retired_ref(str(metadata.get("name")), labels.get(LABEL_SHARD, ""))
+            if ref is None or shard_ref(services.group, job.name, shards=ref.shards) != ref:
+                continue
+            lock = self._lock(ref)
+            if lock.held_by_other():
+                return lock
+        return None
+
+    def _retired_ref(self, name: str, index: str) -> ShardRef | None:
+        """The ShardRef of a shard Lease named `name` with shard label `index`: its count is
+        in its name (looked up once per name)."""
+        if name in self._retired_refs:
+            return self._retired_refs[name]
+        found = None
+        if index.isdigit():
+            group, shard = self._services.group, int(index)
+            for count in range(shard + 1, MAX_SHARDS + 1):
+                if shard_lease_name(group, shard, shards=count) == name:
+                    found = ShardRef(lease=name, shard=shard, shards=count)
+                    break
+        self._retired_refs[name] = found
+        return found
 
     async def _run_plan(
         self,
