@@ -92,6 +92,8 @@ request's claim of a later instant, another replica's claim of this one); decide
 the Lease as it is now: taken, a live grant to wait out, or claimable."""
 SKIP_BETTER_PLACED = SkipReason.BETTER_PLACED
 """Another live replica registered every handler due at the instant: it claims it."""
+_RETIRED_TTL = 0.5
+"""Seconds the group's held retired shard Leases are read again after."""
 _MARK_READS = 8
 """JobRun reads at once when a new shard Lease's first claim looks for its jobs' last runs."""
 _UNGUARDED_MEMORY = 1000
@@ -145,6 +147,7 @@ class ShardTicks:
         self._group: GroupRecord | None = None
         self._group_started: asyncio.Task[GroupState] | None = None
         self._retired_refs: dict[str, ShardRef | None] = {}
+        self._retired_seen: tuple[float, list[ShardRef]] | None = None
         self._tokens: dict[str, int] = {}
         """Per job: the highest fencing token its ScheduledJob's status records (a token of
         another shard Lease, another group's, or a guard's): its next claim goes above it."""
@@ -834,21 +837,36 @@ class ShardTicks:
     def _retired_elsewhere(self, job: ScheduledJob) -> ShardLock | None:
         """The retired shard Lease (of an earlier shard count) that claimed `job`'s ticks,
         when another replica holds a live grant on it: its runs may include one of `job`."""
+        for ref in self._retired_held():
+            if shard_ref(self._services.group, job.name, shards=ref.shards) == ref:
+                lock = self._lock(ref)
+                if lock.held_by_other():
+                    return lock
+        return None
+
+    def _retired_held(self) -> list[ShardRef]:
+        """The group's retired shard Leases that show another party's grant, read from the
+        watched Leases at most every `_RETIRED_TTL` seconds (almost always none)."""
         services = self._services
+        now = services.clock.monotonic()
+        if self._retired_seen is not None and now - self._retired_seen[0] < _RETIRED_TTL:
+            return self._retired_seen[1]
+        held = []
         for obj in services.lease_cache.items():
             metadata = obj.get("metadata") or {}
             labels = metadata.get("labels") or {}
             if labels.get(LABEL_GROUP) != services.group or labels.get(LABEL_ROLE) != Role.SHARD:
                 continue
+            holder = (obj.get("spec") or {}).get("holderIdentity") or ""
+            if not holder or holder == services.identity:
+                continue
             if not retired(metadata.get("annotations") or {}):
                 continue
             ref = self._retired_ref(str(metadata.get("name")), labels.get(LABEL_SHARD, ""))
-            if ref is None or shard_ref(services.group, job.name, shards=ref.shards) != ref:
-                continue
-            lock = self._lock(ref)
-            if lock.held_by_other():
-                return lock
-        return None
+            if ref is not None:
+                held.append(ref)
+        self._retired_seen = (now, held)
+        return held
 
     def _retired_ref(self, name: str, index: str) -> ShardRef | None:
         """The ShardRef of a shard Lease named `name` with shard label `index`: its count is
