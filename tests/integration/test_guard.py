@@ -602,7 +602,6 @@ def test_a_job_both_a_job_guard_and_a_scheduler_run_runs_each_tick_once(
         scheduler.stop()
     by_tick = Counter(tick for tick, _ in ran)
     assert len(by_tick) >= 8
-    assert {who for _, who in ran} == {"guard", "scheduler"}  # both ran some
     assert [t for t, n in by_tick.items() if n > 1] == []
 
 

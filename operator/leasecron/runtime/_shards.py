@@ -717,7 +717,6 @@ class ShardTicks:
         self, entry: _Entry, grant: Grant, *, catch_up: bool, mark: datetime | None
     ) -> None:
         services, job, instant = self._services, entry.job, grant.tick
-        await services.pacer.turn()  # a slice of loop time for the plan, as for the start
         schedule = job.spec.parsed_schedule
         assert schedule is not None
         plan = plan_claimed(
@@ -752,7 +751,6 @@ class ShardTicks:
         schedule = job.spec.parsed_schedule
         if schedule is None or job.spec.suspend:
             return
-        await services.pacer.turn()
         plan = plan_overtaken(
             schedule,
             instant=grant.tick,
