@@ -284,6 +284,10 @@ class ShardLock(TickLock):
             await self._release_all()
             if not self._uses:
                 return
+            # Runs go on under grants that are gone (lost, forgotten): wait for them to end
+            # without spinning (a replica resumed after a pause would hold the loop here).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout=min(interval, 1.0))
 
     async def _hold(self, interval: float) -> None:
         """Renew `interval` after the newest grant was claimed or last renewed (its deadline
