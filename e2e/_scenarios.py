@@ -373,6 +373,17 @@ def operator_logs(cluster: Cluster) -> str:
     )
 
 
+def _diagnosis(cluster: Cluster, jobs: list[str]) -> str:
+    """What a failed wait on `jobs` needs to be understood: their Leases and the app's log
+    lines that name them."""
+    leases = {j: lease(cluster, APP_NAMESPACE, job_lease_name(j)) for j in jobs}
+    logs = cluster.kubectl(
+        "logs", "-n", APP_NAMESPACE, "-l", APP_SELECTOR, "--tail=400", "--prefix"
+    )
+    lines = [line for line in logs.splitlines() if any(j in line for j in jobs)]
+    return f"leases: {leases}\napp log lines naming them:\n" + "\n".join(lines[-60:])
+
+
 def delete_and_apply_two_jobs_again(cluster: Cluster) -> dict[str, tuple[int, int]]:
     """Scenario 1's second half: two single-owner jobs in one namespace (the example's and a
     copy) have handed out tokens; both are deleted together, the operator's pods are deleted,
@@ -408,12 +419,15 @@ def delete_and_apply_two_jobs_again(cluster: Cluster) -> dict[str, tuple[int, in
     assert_one_operator_leads_without_restarts(cluster)
     cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", str(JOBS / f"{names[0]}.yaml"))
     cluster.kubectl("apply", "-n", APP_NAMESPACE, "-f", "-", input=yaml.safe_dump(second))
-    after = poll(
-        lambda: (t := {n: lease_token(cluster, n) for n in names})
-        and all(t[n] > before[n] for n in names) and t,
-        timeout=60,
-        what=f"{names} owned again above their last tokens {before}",
-    )  # fmt: skip
+    try:
+        after = poll(
+            lambda: (t := {n: lease_token(cluster, n) for n in names})
+            and all(t[n] > before[n] for n in names) and t,
+            timeout=60,
+            what=f"{names} owned again above their last tokens {before}",
+        )  # fmt: skip
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_diagnosis(cluster, names)}") from None
     cluster.kubectl("delete", "scheduledjob", "-n", APP_NAMESPACE, names[1], "--timeout=60s")
     return {n: (before[n], after[n]) for n in names}
 

@@ -81,8 +81,9 @@ def test_a_job_only_guards_run_is_ready_with_one_replica_per_guarding_identity_u
         ]
         first = guards[0].claim_sync()
         assert first
-        others = [g.claim_sync() for g in guards[1:]]
-        assert not any(others)  # skipped while r0 holds the grant, and they count all the same
+        # The same tick: with `@every 1s`, a later call could meet the next one.
+        others = [g.claim_sync(tick=first.tick) for g in guards[1:]]
+        assert not any(others)  # skipped while r0 holds the tick, and they count all the same
         poll(
             lambda: ready(kube_api, namespace) == ("True", 3),
             timeout=30,
