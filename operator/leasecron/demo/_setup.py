@@ -26,7 +26,6 @@ from leasecron.demo._view import LeaseView
 from leasecron.kube.clients import Kube, collection_path, object_path
 from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION
-from leasecron.models.crds import all_crds
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
@@ -35,6 +34,7 @@ from leasecron.models.names import (
     VERSION,
     job_lease_name,
 )
+from leasecron.operator.crds import all_crds
 
 Say = Callable[[str], None]
 _PROGRESS_SECONDS = 2.0

@@ -97,12 +97,12 @@ def apply_manifests(
 
 
 def leasecron_crds() -> list[dict[str, Any]]:
-    """leasecron's own CRDs from `leasecron.models.crds.all_crds()`, imported on first use."""
+    """leasecron's own CRDs from `leasecron.operator.crds.all_crds()`, imported on first use."""
     try:
-        module = importlib.import_module("leasecron.models.crds")
+        module = importlib.import_module("leasecron.operator.crds")
     except ImportError as error:
         raise ControlPlaneError(
-            "leasecron.models.crds is not available in this build, so --crds cannot work",
+            "leasecron.operator.crds is not available in this build, so --crds cannot work",
             component="crds",
         ) from error
     documents: list[dict[str, Any]] = module.all_crds()

@@ -13,7 +13,6 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from leasecron.models.crds import all_crds, crd_file_name, jobrun_crd, render, scheduledjob_crd
 from leasecron.models.specs import (
     KEPT_VALUES,
     REMOVED_FIELDS,
@@ -26,9 +25,10 @@ from leasecron.models.specs import (
     ScheduledJobSpec,
     ScheduledJobStatus,
 )
+from leasecron.operator.crds import all_crds, crd_file_name, jobrun_crd, render, scheduledjob_crd
 
 REPO = Path(__file__).resolve().parents[3]
-REGENERATE = "crds/ is out of date: run `python -m leasecron.models.crds --write crds/`"
+REGENERATE = "crds/ is out of date: run `python -m leasecron.operator.crds --write crds/`"
 # Models whose defaults the API server applies, so the CRD must carry the same ones.
 SERVER_DEFAULTED = {ScheduledJobSpec, LockSpec, ElectionSpec, CatchUpSpec, HistorySpec}
 MINIMAL: dict[type[BaseModel], dict[str, Any]] = {ScheduledJobSpec: {"bucket": "single-owner"}}

@@ -4,13 +4,15 @@ structural schema, and CEL rules that stay within the API server's cost limits."
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from leasecron.models.crds import all_crds, jobrun_crd, main, scheduledjob_crd
+from leasecron.operator.crds import all_crds, jobrun_crd, main, scheduledjob_crd
 
 
 def version(crd: dict[str, Any]) -> dict[str, Any]:
@@ -155,3 +157,11 @@ def test_the_module_writes_both_files(tmp_path: Path, capsys: pytest.CaptureFixt
         "scheduledjobs.leasecron.dev.yaml",
     ]
     assert "wrote" in capsys.readouterr().out
+
+
+def test_the_module_imports_without_kopf() -> None:
+    """`leasecron demo` and `leasecron cluster --crds` build the CRDs with the testing extra
+    only: importing the module must not import the operator's kopf wiring."""
+    code = "import sys, leasecron.operator.crds; print('kopf' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
