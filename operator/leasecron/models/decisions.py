@@ -16,7 +16,7 @@ observed resourceVersion) is what makes a decision taken on a stale view harmles
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -340,11 +340,57 @@ def rendezvous_rank(key: str, identity: str, members: Sequence[str]) -> int:
     and tick, or a single-owner job) exactly one replica goes first, and different keys spread
     over the replicas. An identity missing from `members` ranks after all of them.
     """
-    ordered = sorted(set(members), key=lambda m: (_weight(key, m), m), reverse=True)
+    ordered = rendezvous_order(key, members)
     try:
         return ordered.index(identity)
     except ValueError:
         return len(ordered)
+
+
+def rendezvous_order(key: str, members: Collection[str]) -> list[str]:
+    """`members` in rendezvous order for `key` (the first is rank 0)."""
+    return sorted(set(members), key=lambda m: (_weight(key, m), m), reverse=True)
+
+
+def balanced_first(
+    weights: Mapping[str, int], able: Mapping[str, Collection[str]]
+) -> dict[str, str]:
+    """Which member goes first for each key (a shard at an instant), so that the work of an
+    instant spreads evenly: rendezvous with bounded loads.
+
+    `weights[key]` is the key's work (the runs due on that shard), `able[key]` the members
+    that may take it. Keys are placed heaviest first (ties by name); each goes to the first
+    member of its rendezvous order whose load stays within the mean load, or, when none
+    can, to the least loaded (then the earliest in that order). Every replica computes the
+    same placement from the same inputs. How even it is depends on the shards per member
+    (docs/explanation/claim-engine.md). A key with no able member is left out."""
+    members = {m for key in weights for m in able.get(key, ())}
+    if not members:
+        return {}
+    mean = sum(weights.values()) / len(members)
+    load = dict.fromkeys(members, 0)
+    placed: dict[str, str] = {}
+    for key in sorted(weights, key=lambda k: (-weights[k], k)):
+        order = rendezvous_order(key, able.get(key, ()))
+        if not order:
+            continue
+        weight = weights[key]
+        fits = [m for m in order if load[m] + weight <= mean]
+        chosen = fits[0] if fits else min(order, key=lambda m: load[m])
+        load[chosen] += weight
+        placed[key] = chosen
+    return placed
+
+
+def placed_rank(key: str, identity: str, members: Sequence[str], *, first: str | None) -> int:
+    """`identity`'s rank for `key`: 0 for the member placed `first` (`balanced_first`),
+    then the others in rendezvous order; plain `rendezvous_rank` without a placement or
+    when `first` is no longer among `members`."""
+    if first is None or first not in members:
+        return rendezvous_rank(key, identity, members)
+    if identity == first:
+        return 0
+    return 1 + rendezvous_rank(key, identity, [m for m in members if m != first])
 
 
 def claim_stagger(

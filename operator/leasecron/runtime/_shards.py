@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import functools
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -53,7 +53,13 @@ from leasecron.coordination.locks import (
 )
 from leasecron.coordination.shards import ShardLock, shard_config, shard_labels
 from leasecron.kube.errors import KubeError
-from leasecron.models.decisions import SKIP_DEADLINE, SKIP_LIVE_GRANT, SKIP_TAKEN, rendezvous_rank
+from leasecron.models.decisions import (
+    SKIP_DEADLINE,
+    SKIP_LIVE_GRANT,
+    SKIP_TAKEN,
+    balanced_first,
+    placed_rank,
+)
 from leasecron.models.groups import GroupState, retired, shard_ref
 from leasecron.models.names import LABEL_GROUP, LABEL_ROLE
 from leasecron.models.shards import (
@@ -148,6 +154,8 @@ class ShardTicks:
         self._group_started: asyncio.Task[GroupState] | None = None
         self._retired_refs: dict[str, ShardRef | None] = {}
         self._retired_seen: tuple[float, list[ShardRef]] | None = None
+        self._first: dict[tuple[str, datetime], str] = {}
+        """Per shard Lease and instant due: the live member placed to claim it first."""
         self._tokens: dict[str, int] = {}
         """Per job: the highest fencing token its ScheduledJob's status records (a token of
         another shard Lease, another group's, or a guard's): its next claim goes above it."""
@@ -442,6 +450,11 @@ class ShardTicks:
                 continue
             key = (self.ref_of(entry.job.name), planned.tick)
             groups.setdefault(key, {})[entry.job.name] = planned.catch_up
+        by_instant: dict[datetime, dict[ShardRef, Iterable[str]]] = {}
+        for (ref, instant), names in groups.items():
+            by_instant.setdefault(instant, {})[ref] = names
+        for instant, due_then in by_instant.items():
+            self._place(instant, due_then)
         for (ref, instant), catch_up in groups.items():
             task = asyncio.get_running_loop().create_task(
                 self._instant(ref, instant, catch_up),
@@ -449,6 +462,36 @@ class ShardTicks:
             )
             self._instants.add(task)
             task.add_done_callback(self._instants.discard)
+
+    def _place(self, instant: datetime, due: Mapping[ShardRef, Iterable[str]]) -> None:
+        """Which live member claims each shard due at `instant` first, so that the instant's
+        runs spread evenly over the replicas (`balanced_first`, weighed by the jobs due per
+        shard, the jobs whose handlers this replica lacks included)."""
+        services = self._services
+        weights: dict[str, int] = {}
+        handlers: dict[str, set[str]] = {}
+        for ref, names in due.items():
+            for name in names:
+                if name in self._entries:
+                    weights[ref.lease] = weights.get(ref.lease, 0) + 1
+                    handlers.setdefault(ref.lease, set()).add(self._entries[name].job.handler_name)
+        shards = self.state().shards
+        for job in self._foreign.values():
+            schedule = job.spec.parsed_schedule
+            if schedule is None or job.spec.suspend or not due_at(schedule, instant):
+                continue
+            lease = self._foreign_ref(job.name, shards).lease
+            weights[lease] = weights.get(lease, 0) + 1
+            handlers.setdefault(lease, set()).add(job.handler_name)
+        own, members = services.registry.names(), services.membership.members()
+        able = {
+            lease: services.membership.members_with(needed, own=own) or members
+            for lease, needed in handlers.items()
+        }
+        claimed_here = {ref.lease for ref in due}
+        for lease, member in balanced_first(weights, able).items():
+            if lease in claimed_here:
+                self._first[(lease, instant)] = member
 
     # --- one instant of one shard -------------------------------------------------------------
 
@@ -530,6 +573,7 @@ class ShardTicks:
                 settled.set_result(None)
             if self._claiming.get(ref.lease) is settled:
                 del self._claiming[ref.lease]
+            self._first.pop((ref.lease, instant), None)
 
     async def _claim(
         self,
@@ -562,7 +606,12 @@ class ShardTicks:
             # so that no job of the shard goes without a run.
             return Skipped(SKIP_BETTER_PLACED)
         key = shard_key(services.group, ref.lease, instant)
-        rank = rendezvous_rank(key, services.identity, able or services.membership.members())
+        rank = placed_rank(
+            key,
+            services.identity,
+            able or services.membership.members(),
+            first=self._first.get((ref.lease, instant)),
+        )
         deadline = max(e.job.spec.starting_deadline for e in due)
         catching = any(catch_up.get(e.job.name, False) for e in due)
         claim_deadline = None if catching else deadline
