@@ -52,6 +52,82 @@ def backoff_delays(*, first: float = 0.1, cap: float = 3.0) -> Iterator[float]:
         delay = min(cap, delay * 2)
 
 
+class _WatchState:
+    """What the watch thread and the supervisor share, under one lock: the current thread's
+    generation, its open stream, since when it is blocked in a list or open, where the watch
+    resumes and when the server last spoke. A thread changes them only while its generation
+    is current: a replaced thread can no longer post, resume or mark the server heard."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.lock = threading.Lock()
+        self._clock = clock
+        self.generation = 0
+        self.stream: WatchStream | None = None
+        self.blocked_since: float | None = None  # the thread's list/open began (clock time)
+        self.version: str | None = None  # where the watch resumes; None: relist first
+        self.last_heard: float | None = None
+
+    def renew(self) -> int:
+        """Start a new generation (abandoning the thread of the previous one); its number."""
+        with self.lock:
+            self.generation += 1
+            self.blocked_since = None
+            return self.generation
+
+    def current(self, generation: int) -> bool:
+        return self.generation == generation
+
+    def blocking(self, generation: int) -> None:
+        """The thread of `generation` enters a list or the open of a watch."""
+        with self.lock:
+            if self.generation == generation:
+                self.blocked_since = self._clock.monotonic()
+
+    def unblocked(self, generation: int) -> None:
+        with self.lock:
+            if self.generation == generation:
+                self.blocked_since = None
+
+    def heard(self, generation: int) -> None:
+        with self.lock:
+            if self.generation == generation:
+                self.last_heard = self._clock.monotonic()
+
+    def resume_from(self, generation: int, version: str | None) -> None:
+        with self.lock:
+            if self.generation == generation:
+                self.version = version
+
+    def adopt(self, generation: int, stream: WatchStream, stopping: threading.Event) -> bool:
+        """Make `stream` the open one, unless `generation` was replaced or a stop was asked
+        (False: the caller closes it)."""
+        with self.lock:
+            current = self.generation == generation and not stopping.is_set()
+            if current:
+                self.stream, self.blocked_since = stream, None
+        return current
+
+    def take_stream(self) -> WatchStream | None:
+        """The open stream, no longer the open one (for the caller to close)."""
+        with self.lock:
+            stream, self.stream = self.stream, None
+        return stream
+
+    def drop(self, stream: WatchStream) -> bool:
+        """Forget `stream` if it is still the open one: True when nobody took it (the server
+        ended it)."""
+        with self.lock:
+            ours = self.stream is stream
+            if ours:
+                self.stream = None
+        return ours
+
+    def looks(self) -> tuple[bool, float | None]:
+        """(whether a stream is open, since when the thread is blocked in a list or open)."""
+        with self.lock:
+            return self.stream is not None, self.blocked_since
+
+
 class Informer(ObjectCache):
     """list+watch cache of one collection (optionally label/field-selected), fed by a watch
     stream in a background thread and delivered into the asyncio loop.
@@ -82,24 +158,25 @@ class Informer(ObjectCache):
         self._thread: threading.Thread | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = threading.Event()
-        # Guards the fields the watch thread and the supervisor share. A thread acts only while
-        # its generation is current: a replaced thread can no longer post, resume or heard.
-        self._lock = threading.Lock()
-        self._generation = 0
-        self._stream: WatchStream | None = None
-        self._blocked_since: float | None = None  # the thread's list/open began (clock time)
-        self._version: str | None = None  # where the watch resumes; None: relist first
+        self._state = _WatchState(clock)
         self._connected = False
         self._reported_healthy = False
-        self.last_heard: float | None = None
-        """The clock's monotonic time the server last spoke: an event, a bookmark, a watch
-        opened or ended by the server, a list. None before start."""
         self.relists = 0
         self.restarts = 0
         """Watch threads restarted after an unexpected exception, or replaced when gone or
         stuck; each is logged."""
 
     # --- reading the cache (loop thread) -------------------------------------------------
+
+    @property
+    def last_heard(self) -> float | None:
+        """The clock's monotonic time the server last spoke: an event, a bookmark, a watch
+        opened or ended by the server, a list. None before start."""
+        return self._state.last_heard
+
+    @last_heard.setter
+    def last_heard(self, when: float | None) -> None:
+        self._state.last_heard = when
 
     @property
     def healthy(self) -> bool:
@@ -123,7 +200,7 @@ class Informer(ObjectCache):
         items, version = await asyncio.to_thread(self._list)
         self.last_heard = self._clock.monotonic()
         self._apply_list(items)
-        self._version = version
+        self._state.version = version
         self._set_connected(True)
         self._spawn()
         self._supervisor = self._loop.create_task(self._supervise(), name=f"supervise {self.path}")
@@ -135,8 +212,7 @@ class Informer(ObjectCache):
         if supervisor is not None:
             supervisor.cancel()
             await asyncio.wait([supervisor])
-        with self._lock:
-            stream, self._stream = self._stream, None
+        stream = self._state.take_stream()
         if stream is not None:
             stream.close()
         thread, self._thread = self._thread, None
@@ -148,10 +224,7 @@ class Informer(ObjectCache):
 
     def _spawn(self) -> None:
         """Start a watch thread of a new generation; any previous one is abandoned."""
-        with self._lock:
-            self._generation += 1
-            generation = self._generation
-            self._blocked_since = None
+        generation = self._state.renew()
         self._thread = threading.Thread(
             target=self._run, args=(generation,), name=f"leasecron-watch {self.path}", daemon=True
         )
@@ -182,8 +255,7 @@ class Informer(ObjectCache):
 
     def _judge(self, now: float) -> fresh.Verdict:
         thread = self._thread
-        with self._lock:
-            streaming, blocked_since = self._stream is not None, self._blocked_since
+        streaming, blocked_since = self._state.looks()
         return fresh.judge(
             now=now,
             last_heard=self.last_heard if self.last_heard is not None else now,
@@ -194,8 +266,7 @@ class Informer(ObjectCache):
         )
 
     def _close_quiet_stream(self) -> None:
-        with self._lock:
-            stream, self._stream = self._stream, None
+        stream = self._state.take_stream()
         if stream is not None:
             _log.warning(
                 "watch quiet beyond the bound, reconnecting",
@@ -226,19 +297,20 @@ class Informer(ObjectCache):
         after an unexpected exception (logged with its traceback). Ends when stopped or when
         a newer generation has replaced it."""
         delays = backoff_delays()
-        while not self._stopping.is_set() and self._current(generation):
+        state = self._state
+        while not self._stopping.is_set() and state.current(generation):
             opened = time.monotonic()
             try:
-                if self._version is None and not self._relist(generation):
+                if state.version is None and not self._relist(generation):
                     continue
-                delivered = self._watch(generation, self._version or "")
+                delivered = self._watch(generation, state.version or "")
                 if delivered or time.monotonic() - opened > 1.0:
                     delays = backoff_delays()
                 else:  # ended at once without news: do not spin on a misbehaving server
                     self._stopping.wait(next(delays))
             except Gone as e:
                 _log.info("watch expired, relisting", path=self.path, error=e.message)
-                self._resume_from(generation, None)
+                state.resume_from(generation, None)
                 if time.monotonic() - opened < 1.0:
                     self._stopping.wait(next(delays))
             except KubeError as e:
@@ -253,21 +325,19 @@ class Informer(ObjectCache):
                     break
                 delay = next(delays)
                 _log.exception("watch thread failed, restarting it", path=self.path)
-                self._resume_from(generation, None)  # what reached the cache is unknown
+                state.resume_from(generation, None)  # what reached the cache is unknown
                 self._post(generation, self._restarted)
                 self._stopping.wait(delay)
             finally:
-                with self._lock:
-                    if self._generation == generation:
-                        self._blocked_since = None
+                state.unblocked(generation)
 
     def _relist(self, generation: int) -> bool:
-        self._blocking(generation)
+        self._state.blocking(generation)
         items, version = self._list()
-        self._heard(generation)
+        self._state.heard(generation)
         if not self._post(generation, self._relisted, items):
             return False
-        self._resume_from(generation, version)
+        self._state.resume_from(generation, version)
         return True
 
     def _watch(self, generation: int, version: str) -> int:
@@ -281,55 +351,31 @@ class Informer(ObjectCache):
             "resourceVersion": version,
             "timeoutSeconds": str(fresh.watch_timeout_seconds(self.max_quiet)),
         }
-        self._blocking(generation)
+        state = self._state
+        state.blocking(generation)
         stream = self._kube.stream_lines(self.path, query=query)
-        with self._lock:
-            current = self._generation == generation and not self._stopping.is_set()
-            if current:
-                self._stream, self._blocked_since = stream, None
-        if not current:
+        if not state.adopt(generation, stream, self._stopping):
             stream.close()
             return 0
-        self._heard(generation)
+        state.heard(generation)
         self._post(generation, self._set_connected, True)
         delivered = 0
         try:
             for line in stream:
-                self._heard(generation)
+                state.heard(generation)
                 kind, obj = _diffs.parse_watch_line(line)
                 if kind != _diffs.BOOKMARK:
                     if not self._post(generation, self._apply, kind, obj):
                         break
                     delivered += 1
                 version = resource_version(obj) or version
-                self._resume_from(generation, version)
+                state.resume_from(generation, version)
         finally:
-            with self._lock:  # still ours: the server ended it, which is news too
-                ended_by_server = self._stream is stream
-                if ended_by_server:
-                    self._stream = None
+            ended_by_server = state.drop(stream)  # the server ended it: news too
             stream.close()
         if ended_by_server:
-            self._heard(generation)
+            state.heard(generation)
         return delivered
-
-    def _current(self, generation: int) -> bool:
-        return self._generation == generation
-
-    def _blocking(self, generation: int) -> None:
-        with self._lock:
-            if self._generation == generation:
-                self._blocked_since = self._clock.monotonic()
-
-    def _heard(self, generation: int) -> None:
-        with self._lock:
-            if self._generation == generation:
-                self.last_heard = self._clock.monotonic()
-
-    def _resume_from(self, generation: int, version: str | None) -> None:
-        with self._lock:
-            if self._generation == generation:
-                self._version = version
 
     def _post(self, generation: int, callback: Callable[..., None], *args: Any) -> bool:
         """Hand `callback(*args)` to the loop, unless this thread has been replaced; False
@@ -338,8 +384,8 @@ class Informer(ObjectCache):
         if loop is None or loop.is_closed():
             self._stopping.set()
             return False
-        with self._lock:
-            if self._generation != generation:
+        with self._state.lock:
+            if self._state.generation != generation:
                 return False
             try:
                 loop.call_soon_threadsafe(callback, *args)
