@@ -28,18 +28,22 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Unpack
 
+from structlog.typing import FilteringBoundLogger
+
 from leasecron._logs import get_logger
 from leasecron._metrics import LEADER, LEADERSHIP_CHANGES
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Term, call_listener
 from leasecron.coordination.resourcelocks import (
     ROLE_LEADER,
+    LeaseLock,
     LeaseParty,
     LeaseStoreLike,
     PartyOptions,
 )
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnknown
+from leasecron.models.clocks import Clock
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.decisions import (
     Acquire,
@@ -57,10 +61,132 @@ _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 
 
-class Elector(LeaseParty):
-    role = ROLE_LEADER
+class _Listeners:
+    """What one Elector tells of its leadership: the log, the LEADER gauge and the
+    LEADERSHIP_CHANGES counter, and the user's callbacks. on_started_leading runs as the
+    term's own task, cancelled when the term ends; on_stopped_leading is awaited; on_new_leader
+    runs as a task of its own. An exception in a callback is logged, never raised."""
 
-    """Contends for one Lease forever (until stopped); leads while it holds it."""
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        lease: str,
+        log: FilteringBoundLogger,
+        on_started: Callback | None,
+        on_stopped: Callback | None,
+        on_new_leader: Callback | None,
+    ) -> None:
+        self._namespace, self._lease, self._log = namespace, lease, log
+        self._on_started = on_started
+        self._on_stopped = on_stopped
+        self._on_new_leader = on_new_leader
+        self.leader = ""
+        """The holder last observed ("" when none)."""
+        self._callbacks: set[asyncio.Task[None]] = set()
+        self._term_task: asyncio.Task[None] | None = None
+
+    def _count(self, event: str, *, leading: bool) -> None:
+        LEADER.labels(lease_namespace=self._namespace, lease=self._lease).set(int(leading))
+        LEADERSHIP_CHANGES.labels(
+            lease_namespace=self._namespace, lease=self._lease, event=event
+        ).inc()
+
+    def started(self, term: Term) -> None:
+        """`term` began: log, count, note its holder as the leader, start on_started_leading."""
+        self._log.info("started leading", token=term.token)
+        self._count("started", leading=True)
+        self.observed(term.holder)
+        if self._on_started is not None:
+            self._term_task = asyncio.create_task(
+                call_listener(
+                    self._on_started,
+                    term,
+                    what="on_started_leading",
+                    lease=self._lease,
+                    token=term.token,
+                ),
+                name=f"term {term.token} of {self._lease}",
+            )
+
+    def stopping(self, term: Term, reason: str) -> None:
+        """`term` is ending for `reason`: log and count (before its `lost` is set)."""
+        self._log.warning("stopped leading", token=term.token, reason=reason)
+        self._count("stopped", leading=False)
+
+    async def stopped(self, term: Term) -> None:
+        """`term` has ended: cancel its on_started_leading, then await on_stopped_leading."""
+        task, self._term_task = self._term_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._on_stopped is not None:
+            await call_listener(
+                self._on_stopped,
+                term,
+                what="on_stopped_leading",
+                lease=self._lease,
+                token=term.token,
+            )
+
+    def observed(self, holder: str) -> None:
+        """The Lease shows `holder`: when that is news, call on_new_leader in a task."""
+        if holder == self.leader:
+            return
+        self.leader = holder
+        if holder and self._on_new_leader is not None:
+            task = asyncio.create_task(
+                call_listener(self._on_new_leader, holder, what="on_new_leader", lease=self._lease)
+            )
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
+
+
+async def _release(
+    lease: LeaseLock,
+    *,
+    identity: str,
+    token: int | None,
+    clock: Clock,
+    timeout: float,  # noqa: ASYNC109
+    log: FilteringBoundLogger,
+) -> None:
+    """Write holder "" / duration 1 if the Lease still shows the term of `token` held by
+    `identity`. After a conflict or a lost reply it reads the Lease back once and writes
+    again only if that term is still there; any other failure leaves the Lease to expire."""
+    for attempt in range(2):
+        seen = lease.observe()
+        if seen is None or token is None:
+            return
+        record = seen.observation.record
+        if lost_reason(record, identity=identity, token=token) is not None:
+            return
+        try:
+            await lease.update(
+                free_record(record, now_wall=clock.now()), base=seen, timeout=timeout
+            )
+        except Conflict:
+            if attempt == 0 and await lease.refresh(timeout=max(0.01, timeout)):
+                continue
+            return
+        except _MAYBE_WRITTEN as e:
+            log.info("release reply lost; reading the Lease back", error=repr(e))
+            if attempt == 0 and await lease.refresh(timeout=max(0.01, timeout)):
+                continue
+            return
+        except _WRITE_FAILURES as e:
+            log.info("release failed; the lease will expire", error=repr(e))
+            return
+        log.info("released the lease", token=token)
+        return
+
+
+class Elector(LeaseParty):
+    """Contends for one Lease forever (until stopped); leads while it holds it. What it tells
+    of its leadership (log, metrics, callbacks) goes through its `_Listeners`."""
+
+    role = ROLE_LEADER
 
     def __init__(
         self,
@@ -76,25 +202,27 @@ class Elector(LeaseParty):
     ) -> None:
         super().__init__(kube, cache, **party)
         self.config = config
-        self._on_started = on_started_leading
-        self._on_stopped = on_stopped_leading
-        self._on_new_leader = on_new_leader
         self._stagger = stagger
         self._log = get_logger("leasecron.coordination").bind(
             lease=self.name, namespace=self.namespace, identity=self.identity
+        )
+        self._listeners = _Listeners(
+            namespace=self.namespace,
+            lease=self.name,
+            log=self._log,
+            on_started=on_started_leading,
+            on_stopped=on_stopped_leading,
+            on_new_leader=on_new_leader,
         )
         self._term: Term | None = None
         self._last_token: int | None = None
         self._last_renew = 0.0
         self._last_attempt = 0.0
-        self._leader = ""
         self._stopping = False
         self._running = False
         self._leading_event = asyncio.Event()
         self._stopped_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._callbacks: set[asyncio.Task[None]] = set()
-        self._term_task: asyncio.Task[None] | None = None
 
     # --- state ------------------------------------------------------------------------------
 
@@ -114,7 +242,7 @@ class Elector(LeaseParty):
     @property
     def leader(self) -> str:
         """The holder this elector last observed ("" when none)."""
-        return self._leader
+        return self._listeners.leader
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -156,7 +284,14 @@ class Elector(LeaseParty):
                 await self._task
             self._task = None
         if release:
-            await self._release()
+            await _release(
+                self.lease,
+                identity=self.identity,
+                token=self._last_token,
+                clock=self._clock,
+                timeout=self.config.renew_deadline.total_seconds(),
+                log=self._log,
+            )
 
     async def wait_leading(self, *, timeout: float | None = None) -> Term | None:  # noqa: ASYNC109
         """The term once this elector leads; None when `timeout` passes first."""
@@ -207,7 +342,7 @@ class Elector(LeaseParty):
         )
         rv = seen.resource_version if seen is not None else None
         if isinstance(decision, StandBy):
-            self._observe_leader(decision.holder)
+            self._listeners.observed(decision.holder)
             await self._wait_change(rv, decision.until - self._clock.monotonic())
             return
         assert isinstance(decision, Acquire)
@@ -326,81 +461,14 @@ class Elector(LeaseParty):
         )
         self._term, self._last_token = term, token
         self._last_renew = self._last_attempt = sent
-        self._log.info("started leading", token=token)
-        LEADER.labels(lease_namespace=self.namespace, lease=self.name).set(1)
-        LEADERSHIP_CHANGES.labels(
-            lease_namespace=self.namespace, lease=self.name, event="started"
-        ).inc()
         self._leading_event.set()
-        self._observe_leader(self.identity)
-        if self._on_started is not None:
-            self._term_task = asyncio.create_task(
-                call_listener(
-                    self._on_started, term, what="on_started_leading", lease=self.name, token=token
-                ),
-                name=f"term {token} of {self.name}",
-            )
+        self._listeners.started(term)
 
     async def _step_down(self, reason: str) -> None:
         term, self._term = self._term, None
         if term is None:
             return
         self._leading_event.clear()
-        self._log.warning("stopped leading", token=term.token, reason=reason)
-        LEADER.labels(lease_namespace=self.namespace, lease=self.name).set(0)
-        LEADERSHIP_CHANGES.labels(
-            lease_namespace=self.namespace, lease=self.name, event="stopped"
-        ).inc()
+        self._listeners.stopping(term, reason)
         term.lost.set()
-        task, self._term_task = self._term_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._on_stopped is not None:
-            await call_listener(
-                self._on_stopped, term, what="on_stopped_leading", lease=self.name, token=term.token
-            )
-
-    def _observe_leader(self, holder: str) -> None:
-        if holder == self._leader:
-            return
-        self._leader = holder
-        if holder and self._on_new_leader is not None:
-            task = asyncio.create_task(
-                call_listener(self._on_new_leader, holder, what="on_new_leader", lease=self.name)
-            )
-            self._callbacks.add(task)
-            task.add_done_callback(self._callbacks.discard)
-
-    # --- release --------------------------------------------------------------------------
-
-    async def _release(self) -> None:
-        """Write holder "" / duration 1 if the Lease still shows our last term."""
-        timeout = self.config.renew_deadline.total_seconds()
-        for attempt in range(2):
-            seen = self.lease.observe()
-            if seen is None or self._last_token is None:
-                return
-            record = seen.observation.record
-            if lost_reason(record, identity=self.identity, token=self._last_token) is not None:
-                return
-            try:
-                await self.lease.update(
-                    free_record(record, now_wall=self._clock.now()), base=seen, timeout=timeout
-                )
-            except Conflict:
-                if attempt == 0 and await self._refresh(timeout):
-                    continue
-                return
-            except _MAYBE_WRITTEN as e:
-                # No reply: read back once; the next attempt writes only if still ours.
-                self._log.info("release reply lost; reading the Lease back", error=repr(e))
-                if attempt == 0 and await self._refresh(timeout):
-                    continue
-                return
-            except _WRITE_FAILURES as e:
-                self._log.info("release failed; the lease will expire", error=repr(e))
-                return
-            self._log.info("released the lease", token=self._last_token)
-            return
+        await self._listeners.stopped(term)
