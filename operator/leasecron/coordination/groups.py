@@ -391,14 +391,7 @@ async def change_shard_count(
     """
     _check_count(shards, "shards")
     record_lock = _record_lock(kube, None, clock=clock, namespace=namespace, group=group)
-    # 1. The record and its count.
-    seen = await _get(record_lock, None)
-    if seen is None:
-        raise ShardCountError(
-            f"group {group!r} has no record in namespace {namespace} (Lease "
-            f"{record_lock.name}); a replica of the group creates it when it starts"
-        )
-    before = parse_group(lease_annotations(seen.obj))
+    before = await _read_count(record_lock, namespace=namespace, group=group)
     report(f"1. group {group!r}: {before.shards} shards, token ceiling {before.ceiling}")
     if before.shards == shards:
         report(f"   already {shards} shards: nothing to do")
@@ -409,25 +402,10 @@ async def change_shard_count(
         report(f"2. would retire the {len(old)} shard Leases of {before.shards} shards")
         report(f"3. would write {shards} shards, the highest instant they claimed as floor")
         return ShardCountChange(group=group, before=before, after=before, dry_run=True)
-    # 2. Retire every shard Lease of the old count.
-    placeholders = []
-    for lock in old:
-        outcome = await _retire(lock, value=f"replaced by {shards} shards")
-        if outcome == "created":
-            placeholders.append(lock.name)
-        report(f"2. {lock.name}: {outcome}")
-    # 3. Read them back: no claim lands on them any more.
-    records = []
-    for lock in old:
-        seen = await _get(lock, None)
-        if seen is not None:
-            records.append(seen.observation.record)
-    limit = clock.now() + FUTURE_TICK_LIMIT  # a tick that far ahead is corrupt, not claimed
-    ticks = [r.tick for r in records if r.tick is not None and r.tick <= limit]
-    after = replaced(before, shards=shards, ticks=ticks, tokens=[r.transitions for r in records])
+    placeholders = await _retire_all(old, shards=shards, report=report)
+    after = await _claimed_on(old, before=before, shards=shards, clock=clock)
     floor = format_tick(after.floor_tick) if after.floor_tick else "none"
     report(f"3. highest instant claimed: {floor}; token ceiling: {after.ceiling}")
-    # 4. Write the record.
     after = await _write_count(record_lock, before=before, after=after)
     report(f"4. group {group!r}: {after.shards} shards, floor tick {floor}")
     return ShardCountChange(
@@ -437,6 +415,49 @@ async def change_shard_count(
         retired=tuple(lock.name for lock in old),
         placeholders=tuple(placeholders),
     )
+
+
+async def _read_count(lock: LeaseLock, *, namespace: str, group: str) -> GroupState:
+    """Step 1: the group's record as it reads now. Raises ShardCountError when there is none,
+    GroupRecordError when it does not read."""
+    seen = await _get(lock, None)
+    if seen is None:
+        raise ShardCountError(
+            f"group {group!r} has no record in namespace {namespace} (Lease "
+            f"{lock.name}); a replica of the group creates it when it starts"
+        )
+    return parse_group(lease_annotations(seen.obj))
+
+
+async def _retire_all(
+    locks: list[LeaseLock], *, shards: int, report: Callable[[str], None]
+) -> list[str]:
+    """Step 2: retire every shard Lease of the old count, one after another (no instant is
+    claimed on one once it is retired); the names of those created retired as placeholders."""
+    placeholders = []
+    for lock in locks:
+        outcome = await _retire(lock, value=f"replaced by {shards} shards")
+        if outcome == "created":
+            placeholders.append(lock.name)
+        report(f"2. {lock.name}: {outcome}")
+    return placeholders
+
+
+async def _claimed_on(
+    locks: list[LeaseLock], *, before: GroupState, shards: int, clock: Clock
+) -> GroupState:
+    """Step 3: read the retired shard Leases back (no claim lands on them any more) and make
+    the record of `shards` shards from them: their highest claimed instant as the floor tick
+    (one further ahead than FUTURE_TICK_LIMIT is corrupt, not claimed), the ceiling at or
+    above their highest token."""
+    records = []
+    for lock in locks:
+        seen = await _get(lock, None)
+        if seen is not None:
+            records.append(seen.observation.record)
+    limit = clock.now() + FUTURE_TICK_LIMIT
+    ticks = [r.tick for r in records if r.tick is not None and r.tick <= limit]
+    return replaced(before, shards=shards, ticks=ticks, tokens=[r.transitions for r in records])
 
 
 async def _refuse_left_leases(locks: list[LeaseLock], shards: int) -> None:

@@ -206,13 +206,9 @@ class GuardSettings:
         """Check every parameter; GuardConfigError names the first bad one."""
         checked = check_name(name)
         lease = _lease_duration(lease_duration)
-        if not isinstance(snap, bool):
-            raise GuardConfigError(f"snap ({snap!r}) must be True or False")
-        if tick is not None and not callable(tick):
-            raise GuardConfigError(f"tick ({tick!r}) must be a callable returning a datetime")
-        spread = _duration("stagger", stagger)
-        if spread < timedelta(0):
-            raise GuardConfigError(f"stagger ({_show(spread)}) must not be negative")
+        _check_snap(snap)
+        _check_tick(tick)
+        spread = _stagger(stagger)
         if job is not None:
             return cls._for_job(
                 checked,
@@ -241,11 +237,7 @@ class GuardSettings:
             schedule=parse_schedule(every=every, cron=cron, time_zone=time_zone),
             tick_source=tick,
             job=None,
-            lock=lock_config(
-                at_most_for=DEFAULT_AT_MOST_FOR if at_most_for is None else at_most_for,
-                at_least_for=0 if at_least_for is None else at_least_for,
-                keep_alive=True if keep_alive is None else keep_alive,
-            ),
+            lock=_own_lock(at_most_for, at_least_for, keep_alive),
             starting_deadline=deadline,
             stagger=spread,
             snap=snap,
@@ -287,6 +279,35 @@ class GuardSettings:
             snap=snap,
             lease_duration=lease,
         )
+
+
+def _check_snap(snap: object) -> None:
+    if not isinstance(snap, bool):
+        raise GuardConfigError(f"snap ({snap!r}) must be True or False")
+
+
+def _check_tick(tick: object) -> None:
+    if tick is not None and not callable(tick):
+        raise GuardConfigError(f"tick ({tick!r}) must be a callable returning a datetime")
+
+
+def _stagger(value: DurationLike) -> timedelta:
+    spread = _duration("stagger", value)
+    if spread < timedelta(0):
+        raise GuardConfigError(f"stagger ({_show(spread)}) must not be negative")
+    return spread
+
+
+def _own_lock(
+    at_most_for: DurationLike | None, at_least_for: DurationLike | None, keep_alive: bool | None
+) -> LockConfig:
+    """The lock of a guard without `job=`: what was given, else the defaults (atMostFor
+    DEFAULT_AT_MOST_FOR, no atLeastFor, keepAlive on)."""
+    return lock_config(
+        at_most_for=DEFAULT_AT_MOST_FOR if at_most_for is None else at_most_for,
+        at_least_for=0 if at_least_for is None else at_least_for,
+        keep_alive=True if keep_alive is None else keep_alive,
+    )
 
 
 def _starting_deadline(value: DurationLike | None, *, stagger: timedelta) -> timedelta:
