@@ -1,7 +1,8 @@
 """`Services`: what every job worker of one running Scheduler shares, and the helpers that
 build a run's context, run its handler and count its skips, and `run_tick`: the one path by
 which every dispatch (every-replica, once-per-tick under a grant or the group leader's term,
-unguarded) runs a tick: its JobRun, its context, its handler, its outcome.
+unguarded) runs a tick: its JobRun, its context, its handler, its outcome. The steps of that
+path are `_TickRun`'s, one per call, holding the tick's record between them.
 
 Owns nothing with a lifetime of its own: the scheduler core creates these objects, starts
 and stops them; workers only use them. It does not decide which replica runs a tick.
@@ -33,6 +34,7 @@ from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.models.specs import Attempt, Bucket, JobRun, Outcome, ScheduledJob, Trigger
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._context import JobContext
+from leasecron.runtime._deferred import DeferredRun
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
 from leasecron.runtime._observe import RunObserver
@@ -40,7 +42,7 @@ from leasecron.runtime._pacing import StartPacer
 from leasecron.runtime._planning import TickPlan
 from leasecron.runtime._records import Recorder, outcome_of
 from leasecron.runtime._registry import HandlerRegistry, RegisteredHandler
-from leasecron.runtime._retries import Attempts, mark_writer, progress_writer
+from leasecron.runtime._retries import Attempts, Finished, mark_writer, progress_writer
 from leasecron.runtime._timeouts import timeout_of
 
 _log = get_logger("leasecron.runtime")
@@ -254,115 +256,19 @@ class Services:
         the handler under `control` with `fence`'s token (None: no token), retried per
         spec.retry, report and finish the record. The outcome, or None when the tick was not
         run (another run of it is on record, no record could be made for a guarded run, or it
-        could not start by `start_by`: then it is recorded Missed)."""
-        token = fence.token if fence is not None else None
-        if start_by is not None and self.clock.now() > start_by:
-            self.skip(job, SkipReason.DEADLINE, tick=tick)
-            if fence is not None:
-                await self.record_missed(job, (tick,), fence.token, reason=MISSED_LATE)
-            return None
-        run: JobRun | None = taken.run if taken is not None else None
-        deferred = None
-        if record is RecordMode.DEFERRED:
-            deferred = self.recorder.deferred.start(
-                job, tick=tick, holder=self.identity, token=token, now=self.clock.now()
-            )
-            if deferred is None:
-                record = RecordMode.GUARDED
-        if record in (RecordMode.GUARDED, RecordMode.UNGUARDED):
-            try:
-                run = await self._start_record(job, tick, token=token, record=record)
-            except AlreadyExists:
-                self.skip(job, SkipReason.EXISTS, tick=tick)
-                return None
-            except (KubeError, TimeoutError) as e:
-                if record is RecordMode.GUARDED:
-                    _log.warning(
-                        "JobRun not created; tick not run",
-                        job=job.name,
-                        tick=format_tick(tick),
-                        error=repr(e),
-                    )
-                    self.skip(job, SkipReason.RECORD_FAILED, tick=tick)
-                    if isinstance(e, OutcomeUnknown | TimeoutError):
-                        # The create may have landed: that record must not stay Running (the
-                        # Missed one takes over our own record of the tick).
-                        await self.record_missed(job, (tick,), token, reason=MISSED_UNCONFIRMED)
-                    return None
-        held = (lambda: fence.held) if fence is not None else None
-        unguarded = record is RecordMode.UNGUARDED
-        spec = run.spec if taken is not None and run is not None else None
-        ctx = self.context(
-            job,
+        could not start by `start_by`: then it is recorded Missed). The steps are `_TickRun`'s."""
+        tick_run = _TickRun(
+            services=self,
+            job=job,
             tick=tick,
-            token=token,
-            held=held,
-            unguarded=unguarded,
-            attempt=len(taken.earlier) + 1 if taken is not None else 1,
-            trigger=spec.trigger if spec is not None else None,
-            requested_by=spec.requested_by if spec is not None else None,
-        )
-        if unguarded:
-            ctx.logger.warning(
-                "store unavailable: running unguarded (onStoreUnavailable: RunLocally)"
-            )
-        attempt = control.attempt()
-        end = await self.run_handler(job, ctx, attempt, observe_lag=observe_lag, start_by=start_by)
-        if end is not None and end.late:
-            self.skip(job, SkipReason.DEADLINE, tick=tick)
-            if deferred is not None:
-                self.recorder.deferred.finish(
-                    deferred, outcome=Outcome.MISSED, message=MISSED_LATE, now=self.clock.now()
-                )
-            if run is not None:
-                await self.recorder.finish(run, outcome=Outcome.MISSED, message=MISSED_LATE)
-            return None
-        if end is None:
-            if deferred is not None:
-                self.recorder.deferred.finish(
-                    deferred, outcome=Outcome.FAILED, message="no handler", now=self.clock.now()
-                )
-            if run is not None:
-                await self.recorder.finish(run, outcome=Outcome.FAILED, message="no handler")
-            return None
-        started = self.clock.now() - timedelta(seconds=end.duration)
-        progress = progress_writer(self.recorder, run=run, deferred=deferred)
-        tries = Attempts(
-            self,
-            job,
-            control,
+            control=control,
             fence=fence,
-            progress=progress,
-            mark=mark_writer(self.recorder, run=run, deferred=deferred),
-            earlier=taken.earlier if taken is not None else (),
-            until=taken.until if taken is not None else None,
+            record=record,
+            observe_lag=observe_lag,
+            start_by=start_by,
+            taken=taken,
         )
-        done = await tries.run(ctx, end, attempt)
-        outcome, message, attempts = done.outcome, done.message, done.attempts
-        if deferred is not None:
-            self.recorder.deferred.finish(
-                deferred, outcome=outcome, message=message, now=self.clock.now(), attempts=attempts
-            )
-        elif run is not None:
-            await self.recorder.finish(run, outcome=outcome, message=message, attempts=attempts)
-        elif unguarded:
-            later = JobRun.for_tick(
-                job=job.name,
-                tick=tick,
-                holder=self.identity,
-                start=started,
-                namespace=self.namespace,
-            ).finish(outcome=outcome, end=self.clock.now(), message=message, attempts=attempts)
-            self.recorder.record_later(later, job_uid=job.uid)
-        return outcome
-
-    async def _start_record(
-        self, job: ScheduledJob, tick: datetime, *, token: int | None, record: RecordMode
-    ) -> JobRun:
-        start = self.recorder.start_tick(job, tick=tick, holder=self.identity, token=token)
-        if record is RecordMode.UNGUARDED:
-            return await asyncio.wait_for(start, self.tuning.unguarded_record_timeout)
-        return await start
+        return await tick_run.go()
 
     def token_floor(self, *jobs: str) -> Callable[[], Awaitable[int]]:
         """Reads the highest fencing token on record for `jobs`, so that a Lease created for
@@ -486,3 +392,176 @@ class Services:
             holder=self.identity,
             reason=reason,
         )
+
+
+@dataclass(kw_only=True)
+class _TickRun:
+    """One tick on the run path, `Services.run_tick`, its steps in order: too late to start,
+    open the record, run the handler once, close the record of a handler not called, or retry
+    per spec.retry and close the record with the outcome. One per call; nothing outlives it."""
+
+    services: Services
+    job: ScheduledJob
+    tick: datetime
+    control: RunControl
+    fence: Fence | None
+    record: RecordMode
+    """As asked; DEFERRED becomes GUARDED when the deferred queue is full."""
+    observe_lag: bool
+    start_by: datetime | None
+    taken: Taken | None
+    run: JobRun | None = None
+    """The JobRun written on the start path (or taken up), finished with the outcome."""
+    deferred: DeferredRun | None = None
+    """The JobRun queued off the start path (RecordMode.DEFERRED), finished the same way."""
+
+    @property
+    def token(self) -> int | None:
+        return self.fence.token if self.fence is not None else None
+
+    async def go(self) -> Outcome | None:
+        """The steps, in order; the outcome, or None when the tick was not run."""
+        services, job, tick = self.services, self.job, self.tick
+        # 1. Too late to start: not run; under a fence, recorded Missed.
+        if self.start_by is not None and services.clock.now() > self.start_by:
+            services.skip(job, SkipReason.DEADLINE, tick=tick)
+            if self.fence is not None:
+                await services.record_missed(job, (tick,), self.fence.token, reason=MISSED_LATE)
+            return None
+        # 2. The record, as `record` says; a tick that needs one and has none is not run.
+        if not await self._open_record():
+            return None
+        # 3. The handler, once.
+        ctx = self._context()
+        attempt = self.control.attempt()
+        end = await services.run_handler(
+            job, ctx, attempt, observe_lag=self.observe_lag, start_by=self.start_by
+        )
+        if end is None or end.late:
+            await self._close_not_called(end)
+            return None
+        # 4. Retries per spec.retry, then the record of the outcome.
+        started = services.clock.now() - timedelta(seconds=end.duration)
+        done = await self._attempts().run(ctx, end, attempt)
+        await self._close(done, started=started)
+        return done.outcome
+
+    async def _open_record(self) -> bool:
+        """Queue, write or take up the tick's record; False when the tick must not run: its
+        run is on record already, or a guarded run's record was not made (a create whose reply
+        was lost may have landed: that record is recorded Missed, not left Running). An
+        unguarded run goes on without its record."""
+        services, job, tick = self.services, self.job, self.tick
+        self.run = self.taken.run if self.taken is not None else None
+        if self.record is RecordMode.DEFERRED:
+            self.deferred = services.recorder.deferred.start(
+                job, tick=tick, holder=services.identity, token=self.token, now=services.clock.now()
+            )
+            if self.deferred is None:
+                self.record = RecordMode.GUARDED
+        if self.record not in (RecordMode.GUARDED, RecordMode.UNGUARDED):
+            return True
+        try:
+            self.run = await self._start_record()
+        except AlreadyExists:
+            services.skip(job, SkipReason.EXISTS, tick=tick)
+            return False
+        except (KubeError, TimeoutError) as e:
+            if self.record is not RecordMode.GUARDED:
+                return True
+            _log.warning(
+                "JobRun not created; tick not run",
+                job=job.name,
+                tick=format_tick(tick),
+                error=repr(e),
+            )
+            services.skip(job, SkipReason.RECORD_FAILED, tick=tick)
+            if isinstance(e, OutcomeUnknown | TimeoutError):
+                await services.record_missed(job, (tick,), self.token, reason=MISSED_UNCONFIRMED)
+            return False
+        return True
+
+    async def _start_record(self) -> JobRun:
+        """Create the Running JobRun; an unguarded run waits for it only so long."""
+        services = self.services
+        start = services.recorder.start_tick(
+            self.job, tick=self.tick, holder=services.identity, token=self.token
+        )
+        if self.record is RecordMode.UNGUARDED:
+            return await asyncio.wait_for(start, services.tuning.unguarded_record_timeout)
+        return await start
+
+    def _context(self) -> JobContext:
+        """The run's context: a taken-up run's trigger and attempt number go on."""
+        fence, taken, run = self.fence, self.taken, self.run
+        spec = run.spec if taken is not None and run is not None else None
+        ctx = self.services.context(
+            self.job,
+            tick=self.tick,
+            token=self.token,
+            held=(lambda: fence.held) if fence is not None else None,
+            unguarded=self.record is RecordMode.UNGUARDED,
+            attempt=len(taken.earlier) + 1 if taken is not None else 1,
+            trigger=spec.trigger if spec is not None else None,
+            requested_by=spec.requested_by if spec is not None else None,
+        )
+        if self.record is RecordMode.UNGUARDED:
+            ctx.logger.warning(
+                "store unavailable: running unguarded (onStoreUnavailable: RunLocally)"
+            )
+        return ctx
+
+    async def _close_not_called(self, end: HandlerEnd | None) -> None:
+        """Finish the record of a handler not called: Missed (and a skip) when it could not
+        start by `start_by`, Failed when it is not registered (`run_handler` counted it)."""
+        services = self.services
+        if end is None:
+            outcome, message = Outcome.FAILED, "no handler"
+        else:
+            services.skip(self.job, SkipReason.DEADLINE, tick=self.tick)
+            outcome, message = Outcome.MISSED, MISSED_LATE
+        if self.deferred is not None:
+            services.recorder.deferred.finish(
+                self.deferred, outcome=outcome, message=message, now=services.clock.now()
+            )
+        if self.run is not None:
+            await services.recorder.finish(self.run, outcome=outcome, message=message)
+
+    def _attempts(self) -> Attempts:
+        """The retries of this run, their progress and marks written to its record."""
+        recorder, taken = self.services.recorder, self.taken
+        return Attempts(
+            self.services,
+            self.job,
+            self.control,
+            fence=self.fence,
+            progress=progress_writer(recorder, run=self.run, deferred=self.deferred),
+            mark=mark_writer(recorder, run=self.run, deferred=self.deferred),
+            earlier=taken.earlier if taken is not None else (),
+            until=taken.until if taken is not None else None,
+        )
+
+    async def _close(self, done: Finished, *, started: datetime) -> None:
+        """Finish the record with the outcome; an unguarded run without one (its create did
+        not reach the store) has its record written later, off the start path."""
+        services, recorder = self.services, self.services.recorder
+        outcome, message, attempts = done.outcome, done.message, done.attempts
+        if self.deferred is not None:
+            recorder.deferred.finish(
+                self.deferred,
+                outcome=outcome,
+                message=message,
+                now=services.clock.now(),
+                attempts=attempts,
+            )
+        elif self.run is not None:
+            await recorder.finish(self.run, outcome=outcome, message=message, attempts=attempts)
+        elif self.record is RecordMode.UNGUARDED:
+            later = JobRun.for_tick(
+                job=self.job.name,
+                tick=self.tick,
+                holder=services.identity,
+                start=started,
+                namespace=services.namespace,
+            ).finish(outcome=outcome, end=services.clock.now(), message=message, attempts=attempts)
+            recorder.record_later(later, job_uid=self.job.uid)
