@@ -234,7 +234,8 @@ class Grant(Fence):
     `replaced_tick` is the tick the Lease recorded in the version the claim's conditional
     write replaced (the high-water mark catch-up plans from); `replaced_unrun` is True when
     that version was an earlier grant of this process that never ran (a claim whose reply
-    was lost), so its tick counts as not run."""
+    was lost), so its tick counts as not run; `lease_created` is that version's
+    creationTimestamp (None when the claim created the Lease)."""
 
     def __init__(
         self,
@@ -244,6 +245,7 @@ class Grant(Fence):
         acquired_at: float,
         replaced_tick: datetime | None = None,
         replaced_unrun: bool = False,
+        lease_created: datetime | None = None,
         **fence: Any,
     ) -> None:
         super().__init__(**fence)
@@ -251,6 +253,7 @@ class Grant(Fence):
         self.acquired_at = acquired_at
         self.replaced_tick = replaced_tick
         self.replaced_unrun = replaced_unrun
+        self.lease_created = lease_created
         self.released = False
         self._owner = owner
 

@@ -91,6 +91,7 @@ class _Uncertain:
     sent: float
     replaced_tick: datetime | None
     replaced_unrun: bool
+    replaced_created: datetime | None = None
 
 
 class TickLock(LeaseParty):
@@ -294,6 +295,7 @@ class TickLock(LeaseParty):
     ) -> Grant | Skipped:
         sent = self._clock.monotonic()
         replaced = seen.observation.record.tick if seen is not None else None
+        created = seen.observation.record.created if seen is not None else None
         token = decision.token
         self._mine[token] = math.inf
         try:
@@ -309,7 +311,7 @@ class TickLock(LeaseParty):
             await self._learn_uncached()
             return self._skip(SKIP_EXISTS, tick)
         except _MAYBE_WRITTEN as e:
-            pending = _Uncertain(tick, sent, replaced, decision.replaces_orphan)
+            pending = _Uncertain(tick, sent, replaced, decision.replaces_orphan, created)
             return await self._read_back(token, pending, base=seen, error=e)
         except Unavailable as e:
             self._mine.pop(token, None)
@@ -320,7 +322,8 @@ class TickLock(LeaseParty):
             return self._skip(SKIP_ERROR, tick)
         written = parse_lease(obj)
         return self._grant(
-            written.transitions, _Uncertain(tick, sent, replaced, decision.replaces_orphan)
+            written.transitions,
+            _Uncertain(tick, sent, replaced, decision.replaces_orphan, created),
         )
 
     def _grant(self, token: int, claim: _Uncertain) -> Grant:
@@ -335,6 +338,7 @@ class TickLock(LeaseParty):
             expires_at=claim.sent + self.config.lease_duration_s,
             replaced_tick=claim.replaced_tick,
             replaced_unrun=claim.replaced_unrun,
+            lease_created=claim.replaced_created,
             clock=self._clock,
         )
         self._grants[token] = grant

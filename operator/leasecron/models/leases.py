@@ -61,6 +61,9 @@ class LeaseRecord:
     transitions: int = 0
     tick: datetime | None = None
     resource_version: str | None = None
+    created: datetime | None = None
+    """metadata.creationTimestamp: when this Lease object (by its uid) was made, by the API
+    server's clock, in whole seconds."""
     problems: tuple[str, ...] = ()
 
     @property
@@ -190,6 +193,7 @@ def parse_lease(obj: object) -> LeaseRecord:
         transitions=_parse_transitions(spec, problems),
         tick=_parse_tick(_mapping(metadata.get("annotations")), problems),
         resource_version=rv if isinstance(rv, str) and rv else None,
+        created=_parse_time(metadata, "creationTimestamp", []),
         problems=tuple(problems),
     )
 

@@ -102,6 +102,9 @@ _RETIRED_TTL = 0.5
 """Seconds the group's held retired shard Leases are read again after."""
 _MARK_READS = 8
 """JobRun reads at once when a new shard Lease's first claim looks for its jobs' last runs."""
+_FRESH_MARGIN = timedelta(seconds=5)
+"""How long before an instant a shard Lease with no instant must have been made for its first
+claim to start without creating the record first (`_unclaimed_before`)."""
 _UNGUARDED_MEMORY = 1000
 """Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
 
@@ -943,7 +946,7 @@ class ShardTicks:
         services = self._services
         deadline = job.spec.starting_deadline
         guarded = services.membership.guarded(job.handler_name)
-        first_record = grant.replaced_tick is None or guarded
+        first_record = (grant.replaced_tick is None and not _unclaimed_before(grant)) or guarded
 
         def start_by_of(tick: datetime) -> datetime | None:
             if tick == plan.claimed and start_by is not None:
@@ -963,10 +966,11 @@ class ShardTicks:
                 fence=fence,
                 # The claimed instant's record follows the start; a catch-up or overtaken
                 # tick's is created first (a RunLocally replica may have run it unguarded),
-                # and so is every tick claimed on a new shard Lease (the high-water mark went
-                # with the old one: the tick's record says whether it ran) and every tick of
-                # a job that a job guard also runs (it claims on its own Lease: the tick's
-                # record decides which of the two runs it).
+                # and so is every tick claimed on a new shard Lease made too late to be sure
+                # that no Lease before it claimed the instant (the high-water mark went with
+                # the old one: the tick's record says whether it ran) and every tick of a job
+                # that a job guard also runs (it claims on its own Lease: the tick's record
+                # decides which of the two runs it).
                 record=lambda t: (
                     RecordMode.DEFERRED
                     if t == plan.claimed and start_by is not None and not first_record
@@ -1007,6 +1011,17 @@ class ShardTicks:
         entry.earlier.keep(entry.running)
         entry.running = (task, control)
         await asyncio.gather(task, return_exceptions=True)
+
+
+def _unclaimed_before(grant: Grant) -> bool:
+    """Whether no Lease could have claimed `grant`'s instant before it: the claim replaced a
+    Lease that never recorded an instant, made (by the API server's clock) well before the
+    instant. A Lease of the same name before it was gone by then, and no replica claims an
+    instant before it comes by the store's clock; Leases of another shard count are below
+    the group's floor tick. `_FRESH_MARGIN` covers the creation time's whole seconds and the
+    estimate of the store's clock."""
+    created = grant.lease_created
+    return created is not None and grant.tick > created + _FRESH_MARGIN
 
 
 def _runs_locally(job: ScheduledJob) -> bool:

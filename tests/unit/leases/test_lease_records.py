@@ -243,3 +243,14 @@ def test_what_lease_body_writes_parses_back_to_the_same_record() -> None:
 @pytest.mark.parametrize(("seconds", "whole"), [(0.2, 1), (1.0, 1), (1.01, 2), (900.0, 900)])
 def test_durations_become_whole_seconds_rounded_up(seconds: float, whole: int) -> None:
     assert whole_seconds(seconds) == whole
+
+
+def test_the_creation_time_is_read_from_the_metadata_and_never_a_problem() -> None:
+    lease = client_go_lease()
+    assert parse_lease(lease).created is None
+    lease["metadata"]["creationTimestamp"] = "2026-03-01T11:59:58Z"
+    assert parse_lease(lease).created == datetime(2026, 3, 1, 11, 59, 58, tzinfo=UTC)
+    lease["metadata"]["creationTimestamp"] = "yesterday"
+    record = parse_lease(lease)
+    assert record.created is None
+    assert not record.problems
