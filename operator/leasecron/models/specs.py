@@ -200,7 +200,7 @@ class ScheduledJobSpec(ResourceModel):
         if bucket is Bucket.SINGLE_OWNER:
             raise ValueError(_SCHEDULE_FORBIDDEN)
         try:
-            Schedule.parse(value)
+            _parse_schedule(value, "UTC")  # parsed once per expression
         except ScheduleError as e:
             raise ValueError(e.reason) from e
         return value

@@ -14,6 +14,7 @@ Neither stops the other jobs.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -29,6 +30,11 @@ from leasecron.runtime._shards import ShardTicks
 from leasecron.runtime._ticks import EveryReplicaDispatch, TickWorker
 
 _log = get_logger("leasecron.runtime.jobs")
+
+
+def _same(a: tuple[ScheduledJob, datetime] | None, b: tuple[ScheduledJob, datetime] | None) -> bool:
+    """Whether two wanted states are the one job validated once (`JobTable._validate`)."""
+    return a is not None and b is not None and a[0] is b[0] and a[1] == b[1]
 
 
 class Worker(Protocol):
@@ -103,6 +109,9 @@ class JobTable:
         self._workers: dict[str, Worker] = {}
         self._converging: dict[str, asyncio.Task[None]] = {}
         self._reported: dict[str, Any] = {}
+        self._validated: dict[str, tuple[tuple[Any, ...], Any, ScheduledJob]] = {}
+        """Per job: its uid, generation and namespace, its spec, and the job validated from
+        them."""
         self.ignored: dict[str, str] = {}
         """Jobs of this group this replica does not run, and why (replaced, never mutated)."""
         self._closed = False
@@ -128,10 +137,13 @@ class JobTable:
             self.shard_ticks.forget_foreign(name)
             self._ignore(name, None)
             self._reported.pop(name, None)
+            self._validated.pop(name, None)
             self.set_desired(name, None)
         else:
             self.shard_ticks.note_token(name, highest_token(job=name, scheduled_job=event.obj))
-            self.set_desired(name, self._wanted(event.obj))
+            wanted = self._wanted(event.obj)
+            if not _same(wanted, self._desired.get(name)):  # a status write changes nothing
+                self.set_desired(name, wanted)
 
     def resync(self, objects: list[dict[str, Any]]) -> None:
         """Evaluate every object again (after a handler was registered, for instance)."""
@@ -173,7 +185,7 @@ class JobTable:
         if metadata.get("deletionTimestamp"):
             return None
         try:
-            job = ScheduledJob.from_resource(obj)
+            job = self._validate(name, obj)
         except SpecError as e:
             self._ignore(name, f"invalid spec: {e}")
             self._report_once(metadata, ("invalid", metadata.get("generation")), str(e))
@@ -190,6 +202,18 @@ class JobTable:
         if job.spec.bucket is Bucket.SINGLE_OWNER and job.spec.suspend:
             return None
         return job, created_at(obj)
+
+    def _validate(self, name: str, obj: dict[str, Any]) -> ScheduledJob:
+        """The job `obj` declares, validated again only when what it is read from changed
+        (a status write, the operator's after every run, changes none of it)."""
+        metadata = obj.get("metadata") or {}
+        key = (metadata.get("uid"), metadata.get("generation"), metadata.get("namespace"))
+        cached = self._validated.get(name)
+        if cached is not None and cached[0] == key and cached[1] == obj.get("spec"):
+            return cached[2]
+        job = ScheduledJob.from_resource(obj)
+        self._validated[name] = (key, copy.deepcopy(obj.get("spec")), job)
+        return job
 
     def _ignore(self, name: str, reason: str | None) -> None:
         if self.ignored.get(name) == reason:
