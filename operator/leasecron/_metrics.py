@@ -55,6 +55,15 @@ START_LAG = Histogram(
     [*JOB_LABELS, "bucket"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
 )
+
+
+def prepare_job(namespace: str, job: str, bucket: str) -> None:
+    """Make a job's run metrics (children of the histograms) when the job is taken up, not
+    on its first run's start path (each costs a lock and a value per bucket)."""
+    START_LAG.labels(namespace, job, bucket)
+    RUN_DURATION.labels(namespace, job, bucket)
+
+
 LEADER = Gauge(
     "leasecron_leader",
     "1 while this process holds the Lease as leader or single-owner, else 0.",

@@ -237,6 +237,11 @@ def ticks_report(
         "writes": writes,
         "writes_per_run": rounded(writes / account.runs if account.runs else math.nan),
         "requests": sum(int(m.data["requests"]) for m in done),
+        "reads_per_run": rounded(
+            (sum(int(m.data["requests"]) for m in done) - writes) / account.runs
+            if account.runs
+            else math.nan
+        ),
         "standby_requests": standby_requests,
         "standby_seconds": round(standby_seconds, 3),
         "standby_requests_per_s": rounded(
@@ -265,6 +270,7 @@ def ticks_report(
         rows += [("  of which wake-up p99", show(figures["wake_lag_p99_ms"], " ms"), "-")]
     rows += [
         ("writes per run", show(figures["writes_per_run"]), "<= 5, independent of replicas"),
+        ("reads per run (GET, LIST)", show(figures["reads_per_run"]), "-"),
         ("standby requests/s", show(figures["standby_requests_per_s"]), "0"),
     ]
     if "lease_writes_per_tick" in figures:

@@ -221,7 +221,8 @@ class RunControl:
         self.note = ""
         """What the stop is about, for the run's message ("after 30s", "by tick T")."""
         self._stop = asyncio.Event()
-        self._attempts: weakref.WeakSet[RunControl] = weakref.WeakSet()
+        self._attempts: weakref.WeakSet[RunControl] | None = None
+        """Made on the first `attempt()`: one per run start otherwise, on the start path."""
 
     @property
     def stopping(self) -> bool:
@@ -232,7 +233,7 @@ class RunControl:
         if not self._stop.is_set():
             self.reason, self.grace, self.note = reason, grace, note
             self._stop.set()
-            for attempt in list(self._attempts):
+            for attempt in list(self._attempts or ()):
                 attempt.request_stop(reason, grace=grace, note=note)
 
     def attempt(self) -> RunControl:
@@ -241,6 +242,8 @@ class RunControl:
         if self.reason is not None:
             child.request_stop(self.reason, grace=self.grace, note=self.note)
         else:
+            if self._attempts is None:
+                self._attempts = weakref.WeakSet()
             self._attempts.add(child)
         return child
 

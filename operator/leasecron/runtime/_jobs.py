@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from leasecron._logs import get_logger
+from leasecron._metrics import prepare_job
 from leasecron.coordination.floors import highest_token
 from leasecron.kube.watches import WatchEvent
 from leasecron.models.specs import Bucket, ScheduledJob, SpecError
@@ -270,6 +271,7 @@ class JobTable:
 
     def _new_worker(self, job: ScheduledJob, created: datetime) -> Worker:
         services = self._services
+        prepare_job(services.namespace, job.name, job.spec.bucket.value)
         if sharded(job):
             return ShardedWorker(self.shard_ticks, job, created=created)
         if job.spec.bucket is Bucket.SINGLE_OWNER:
