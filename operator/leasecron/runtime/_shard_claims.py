@@ -1,0 +1,342 @@
+"""Claiming a shard instant (`_shards.ShardTicks`, docs/design.md §5.3 step 2, §5.7, §5.13,
+§5.14): `ShardClaims` claims each instant of a shard Lease after this replica's claim of its
+previous instant has settled, ranked by rendezvous over the live members that registered the
+handlers due (the member placed first by the timer, `place_first`, ranks first), again after
+a live grant ends or while the store is out of reach, until the latest startingDeadline of
+the jobs due (`_claim_until`); hands RunLocally jobs to an unguarded run after an outage long
+enough; adopts a claim of ours whose reply was lost; claims the new instant of a run request
+(`request`) or of `run_now`. Every claim goes above the highest token on record for its jobs
+(`note_token`).
+
+What a grant runs is `_shard_runs.ShardRuns`'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from leasecron._logs import get_logger
+from leasecron.coordination import Grant, Skipped
+from leasecron.coordination.locks import (
+    SKIP_CONFLICT,
+    SKIP_EXISTS,
+    SKIP_UNAVAILABLE,
+    SKIP_UNCERTAIN,
+)
+from leasecron.coordination.shards import ShardLock
+from leasecron.kube.errors import KubeError
+from leasecron.models.decisions import SKIP_DEADLINE, SKIP_LIVE_GRANT, SKIP_TAKEN, placed_rank
+from leasecron.models.shards import ShardRef, shard_key
+from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
+from leasecron.models.vocabulary import SkipReason
+from leasecron.runtime._services import Services
+from leasecron.runtime._shard_group import ShardGroup
+from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
+from leasecron.runtime._shard_leases import ShardLocks
+from leasecron.runtime._shard_runs import ShardRuns
+
+_log = get_logger("leasecron.runtime.shards")
+_RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN, SKIP_EXISTS, SKIP_CONFLICT)
+"""Skips after which a shard instant is claimed again (until its latest startingDeadline).
+`exists`: the claim meant to create the shard Lease, which was there already (made with the
+group record, or by another replica, before this replica's view showed it); the lock has read
+it now, so the claim is decided again at once. `conflict`: another write landed first (a
+request's claim of a later instant, another replica's claim of this one); decided again on
+the Lease as it is now: taken, a live grant to wait out, or claimable."""
+SKIP_BETTER_PLACED = SkipReason.BETTER_PLACED
+"""Another live replica registered every handler due at the instant: it claims it."""
+
+
+@dataclass(frozen=True)
+class _Outage:
+    """Every claim attempt failed to reach the store for the RunLocally window."""
+
+
+class ShardClaims:
+    """The claims of this replica's claim engine, one shard instant at a time."""
+
+    def __init__(
+        self,
+        services: Services,
+        jobs: ShardJobs,
+        group: ShardGroup,
+        locks: ShardLocks,
+        runs: ShardRuns,
+    ) -> None:
+        self._services = services
+        self._jobs = jobs
+        self._group = group
+        self._locks = locks
+        self._runs = runs
+        self._claiming: dict[str, asyncio.Future[None]] = {}
+        """Per shard Lease: settled once this replica's claim of its latest instant is."""
+        self._first: dict[tuple[str, datetime], str] = {}
+        """Per shard Lease and instant due: the live member placed to claim it first."""
+        self._tokens: dict[str, int] = {}
+        """Per job: the highest fencing token its ScheduledJob's status records (a token of
+        another shard Lease, another group's, or a guard's): its next claim goes above it."""
+
+    def place_first(self, lease: str, instant: datetime, member: str) -> None:
+        """`member` claims `instant` of shard Lease `lease` first (`_shard_timer`)."""
+        self._first[(lease, instant)] = member
+
+    def note_token(self, name: str, token: int) -> None:
+        """The highest token on record for job `name` (its status.lastRun): a job keeps one
+        token sequence for life, whichever Lease claimed its earlier ticks."""
+        if token > self._tokens.get(name, 0):
+            self._tokens[name] = token
+
+    def _above(self, names: Iterable[str]) -> int:
+        return max((self._tokens.get(name, 0) for name in names), default=0)
+
+    async def run_now(self, job: ScheduledJob, tick: datetime) -> bool:
+        """Claim and run `tick` of `job` now, whatever its startingDeadline (an explicit
+        request: `Scheduler.run_once`); False when this replica did not get the claim."""
+        entry = JobEntry(job=job, after=tick, not_before=tick)
+        self._jobs.entries[job.name] = entry
+        ref = self._jobs.ref_of(job.name, self._group.state().shards)
+        lock = self._locks.get(ref)
+        result = await self._claim(lock, ref, tick, [entry], {job.name: True}, local=False)
+        if not isinstance(result, Grant):
+            return False
+        await self._runs.hold_and_run(lock, ref, result, [entry], {job.name: True})
+        return True
+
+    async def request(
+        self,
+        job: ScheduledJob,
+        *,
+        wanted: Callable[[], bool],
+        give_up: datetime,
+        body: Callable[[Grant], Awaitable[None]],
+    ) -> Grant | Skipped:
+        """A run request's claim (`_requests`): a new instant, now (above the shard's
+        high-water mark, so its token is above every earlier one), of `job`'s shard through
+        the one claim write, tried again while `wanted()` and until `give_up`; `body(grant)`
+        runs under the grant beside the shard's jobs it overtook."""
+        ref = self._jobs.ref_of(job.name, self._group.state().shards)
+        lock, clock = self._locks.get(ref), self._services.clock
+        while True:
+            instant = clock.now()
+            pending = self._unclaimed_due(ref, lock, instant)
+            above = self._above([job.name])
+            if pending is not None:
+                # A shard-mate's tick is due and nobody claimed it yet: a claim of `instant`
+                # would take it from the replica due to run it. Wait until it is claimed, or
+                # past its startingDeadline (then it is missed whoever claims next).
+                left = (min(give_up, pending[1]) - instant).total_seconds()
+                if left <= 0 or not wanted():
+                    return Skipped(SKIP_DEADLINE)
+                await lock.wait_taken(pending[0], timeout=left)
+                continue
+            result = await lock.try_claim(instant, above=above)
+            if isinstance(result, Grant):
+                await self._runs.hold_and_run(lock, ref, result, [], {}, also=body)
+                return result
+            left = (give_up - clock.now()).total_seconds()
+            if left <= 0 or not wanted() or result.reason not in (*_RETRIED, SKIP_TAKEN):
+                return result
+            if result.reason == SKIP_LIVE_GRANT:
+                await lock.wait_claimable(instant, timeout=min(left, 1.0))
+            else:  # taken: an instant of ours or another's at or after `now`; a new one
+                await asyncio.sleep(min(left, self._services.tuning.claim_retry))
+
+    def _unclaimed_due(
+        self, ref: ShardRef, lock: ShardLock, now: datetime
+    ) -> tuple[datetime, datetime] | None:
+        """The latest tick at or before `now` of a job of shard Lease `ref` (registered here
+        or not) that the Lease does not record yet and that can still start, with its
+        start-by; None when there is none."""
+        shards = self._group.state().shards
+        jobs = [e.job for e in self._jobs.of_shard(ref, shards)]
+        jobs += [
+            j for j in self._jobs.foreign.values() if self._jobs.foreign_ref(j.name, shards) == ref
+        ]
+        found: tuple[datetime, datetime] | None = None
+        for job in jobs:
+            schedule = job.spec.parsed_schedule
+            due = schedule.latest_at_or_before(now) if schedule is not None else None
+            if due is None or job.spec.suspend:
+                continue
+            start_by = due + job.spec.starting_deadline
+            if start_by > now and not lock.taken(due) and (found is None or due > found[0]):
+                found = (due, start_by)
+        return found
+
+    async def instant(self, ref: ShardRef, instant: datetime, catch_up: dict[str, bool]) -> None:
+        """Claim `instant` of shard Lease `ref` after this replica's claim of its previous
+        instant is settled, then run every job of the shard it makes ours."""
+        loop = asyncio.get_running_loop()
+        previous = self._claiming.get(ref.lease)
+        settled: asyncio.Future[None] = loop.create_future()
+        self._claiming[ref.lease] = settled
+        try:
+            if previous is not None:
+                await previous
+            lock = self._locks.get(ref)
+            due = self._jobs.due(catch_up, instant)
+            result = await self._claim(lock, ref, instant, due, catch_up, local=True)
+            if isinstance(result, _Outage):
+                local = [e for e in due if _runs_locally(e.job)]
+                runs = [self._runs.run_unguarded(e, instant) for e in local]
+                rest = [e for e in due if not _runs_locally(e.job)]
+                claim = asyncio.ensure_future(
+                    self._claim(lock, ref, instant, rest, catch_up, local=False)
+                )
+                await asyncio.gather(claim, *runs)
+                result, due = claim.result(), rest
+            if isinstance(result, Skipped):
+                for entry in due:  # skips by reason, per job as well as per shard Lease
+                    self._services.skip(entry.job, result.reason, tick=instant)
+                return
+            if not isinstance(result, Grant):
+                return
+            await self._runs.hold_and_run(lock, ref, result, due, catch_up, settled=settled)
+        finally:
+            if not settled.done():
+                settled.set_result(None)
+            if self._claiming.get(ref.lease) is settled:
+                del self._claiming[ref.lease]
+            self._first.pop((ref.lease, instant), None)
+
+    async def _claim(
+        self,
+        lock: ShardLock,
+        ref: ShardRef,
+        instant: datetime,
+        due: list[JobEntry],
+        catch_up: dict[str, bool],
+        *,
+        local: bool,
+    ) -> Grant | _Outage | Skipped:
+        """One claim after the rendezvous stagger among the live members that registered the
+        handlers of every job due (none while we hold the shard), again after a live grant
+        ends or while the store cannot be reached, until the latest startingDeadline of the
+        jobs due (for a catch-up instant: that long from now). Skipped without a claim, also
+        when another replica is better placed (it has handlers we lack). `_Outage` (with
+        `local`) when the RunLocally jobs due may run unguarded."""
+        if not due:
+            return Skipped(SkipReason.NOTHING_DUE)
+        rank = await self._rank(ref, instant, due)
+        if isinstance(rank, Skipped):
+            return rank
+        deadline = max(e.job.spec.starting_deadline for e in due)
+        catching = any(catch_up.get(e.job.name, False) for e in due)
+        return await _claim_until(
+            self._services,
+            lock,
+            instant,
+            rank=rank,
+            claim_deadline=None if catching else deadline,
+            give_up=(self._services.clock.now() if catching else instant) + deadline,
+            local_jobs=[e.job for e in due if _runs_locally(e.job)] if local else [],
+            above=self._above(e.job.name for e in due),
+        )
+
+    async def _rank(self, ref: ShardRef, instant: datetime, due: list[JobEntry]) -> int | Skipped:
+        """This replica's rank for `instant` of `ref` among the live members that registered
+        the handlers of every job due, once the group record was read (or could not be);
+        Skipped when another live replica registered them all and this one did not."""
+        services = self._services
+        try:
+            await self._group.ready()
+        except KubeError as e:  # the claim below meets the same failure and reports it
+            _log.debug("group record not read yet", group=services.group, error=repr(e))
+        needed = self._jobs.handlers_due(ref, instant, due, self._group.state().shards)
+        able = services.membership.members_with(needed, own=services.registry.names())
+        if able and services.identity not in able:
+            # Another live replica registered every handler due: it claims the instant,
+            # so that no job of the shard goes without a run.
+            return Skipped(SKIP_BETTER_PLACED)
+        key = shard_key(services.group, ref.lease, instant)
+        return placed_rank(
+            key,
+            services.identity,
+            able or services.membership.members(),
+            first=self._first.get((ref.lease, instant)),
+        )
+
+    async def adopt(self, ref: ShardRef, grant: Grant) -> None:
+        """A claim of ours whose reply was lost turned out to have landed: run the jobs of its
+        instant that can still start (the others are recorded Missed by their own plans),
+        then release it."""
+        lock = self._locks.made(ref)
+        if lock is None:
+            await grant.release()
+            return
+        of_shard = self._jobs.of_shard(ref, self._group.state().shards)
+        due = self._jobs.due([e.job.name for e in of_shard], grant.tick)
+        _log.info(
+            "adopting a shard claim whose reply was lost",
+            lease=ref.lease,
+            tick=grant.tick.isoformat(),
+            token=grant.token,
+            jobs=len(due),
+        )
+        await self._runs.hold_and_run(lock, ref, grant, due, {})
+
+
+async def _claim_until(
+    services: Services,
+    lock: ShardLock,
+    instant: datetime,
+    *,
+    rank: int,
+    claim_deadline: timedelta | None,
+    give_up: datetime,
+    local_jobs: list[ScheduledJob],
+    above: int,
+) -> Grant | _Outage | Skipped:
+    """The claim of `instant` on `lock` after this replica's stagger (`rank` claim steps, none
+    while it holds the shard), again after a retried skip until `give_up`: at once after
+    `exists` (once), after a live grant ends, else after a pause growing to 2 s. `_Outage`
+    when the store was out of reach for the RunLocally window of `local_jobs` and nothing
+    says another replica has the instant."""
+    clock, tuning = services.clock, services.tuning
+    window = min(
+        [tuning.unguarded_after]
+        + [j.spec.starting_deadline.total_seconds() / 2 for j in local_jobs]
+    )
+    outage_since: float | None = None
+    lagged = False
+    pause = tuning.claim_retry
+    stagger = 0.0 if lock.holding() else rank * tuning.claim_step
+    result = await lock.try_claim(
+        instant, stagger=stagger, starting_deadline=claim_deadline, above=above
+    )
+    while isinstance(result, Skipped) and result.reason in _RETRIED:
+        left = (give_up - clock.now()).total_seconds()
+        if result.unreachable:
+            outage_since = clock.monotonic() if outage_since is None else outage_since
+            out_for = clock.monotonic() - outage_since
+            if local_jobs and out_for >= window and not lock.taken_by_other(instant):
+                return _Outage()
+        else:
+            outage_since = None
+        if left <= pause:
+            return result
+        if result.reason == SKIP_EXISTS and not lagged:
+            lagged = True  # decided again at once, on the Lease the lock has just read
+        elif result.reason == SKIP_LIVE_GRANT:
+            # The holder of the previous instant takes this one too, normally; if it
+            # cannot (it died, or lost a race), the shard is free or expires first.
+            if not await lock.wait_claimable(instant, timeout=left):
+                return result
+        else:
+            wait = pause
+            if local_jobs and outage_since is not None:
+                wait = max(0.01, min(pause, window - (clock.monotonic() - outage_since)))
+            await asyncio.sleep(wait)
+            pause = min(pause * 2, 2.0)
+        stagger = 0.0 if lock.holding() else rank * tuning.claim_step
+        result = await lock.try_claim(
+            instant, stagger=stagger, starting_deadline=claim_deadline, above=above
+        )
+    return result
+
+
+def _runs_locally(job: ScheduledJob) -> bool:
+    return job.spec.on_store_unavailable is StoreUnavailablePolicy.RUN_LOCALLY

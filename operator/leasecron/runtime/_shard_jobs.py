@@ -1,0 +1,163 @@
+"""The claim engine's jobs (`_shards.ShardTicks`): `JobEntry`, one per once-per-tick job run
+here (its next tick, its runs, the shard Lease it was placed on), and `ShardJobs`, the table
+of them with the group's jobs whose handlers this replica lacks (foreign jobs: not run here,
+but they weigh on the placement of an instant and decide who may claim it).
+
+Which shard Lease claims a job's ticks is a stable hash of its name over the group's shard
+count; every question that depends on the count takes it as a value (the group record's,
+`_shard_group.ShardGroup.state`). It claims, plans and runs nothing itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from leasecron.models.groups import shard_ref
+from leasecron.models.shards import ShardRef, due_at
+from leasecron.models.specs import ScheduledJob
+from leasecron.runtime._invoke import RunControl, StopReason
+from leasecron.runtime._overlap import Overlapping
+from leasecron.runtime._planning import NextTick
+from leasecron.runtime._services import Services
+from leasecron.runtime._ticks import stop_run
+
+_UNGUARDED_MEMORY = 1000
+"""Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
+
+
+@dataclass(eq=False)
+class JobEntry:
+    job: ScheduledJob
+    after: datetime
+    not_before: datetime
+    next: NextTick | None = None
+    running: tuple[asyncio.Task[None], RunControl] | None = None
+    earlier: Overlapping = field(default_factory=Overlapping)
+    """Runs of earlier ticks still going beside `running` (concurrencyPolicy: Allow)."""
+    stopped: bool = field(default=False)
+    unguarded: OrderedDict[datetime, None] = field(default_factory=OrderedDict)
+    placed: tuple[int, ShardRef] | None = None
+    """The shard Lease of the job under the shard count it was computed for."""
+    ran: datetime | None = None
+    """The newest tick of the job this replica ran or recorded under a grant."""
+
+    def remember_unguarded(self, tick: datetime) -> None:
+        self.unguarded[tick] = None
+        while len(self.unguarded) > _UNGUARDED_MEMORY:
+            self.unguarded.popitem(last=False)
+
+
+class ShardJobs:
+    """The once-per-tick jobs of the group this replica knows: run here (`entries`) or not
+    (`foreign`)."""
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self.entries: dict[str, JobEntry] = {}
+        self.foreign: dict[str, ScheduledJob] = {}
+        self._foreign_placed: dict[str, tuple[int, ShardRef]] = {}
+        """Per foreign job: the shard count and the shard Lease it was placed on last."""
+
+    def ref_of(self, name: str, shards: int) -> ShardRef:
+        """The shard Lease that claims the ticks of the job named `name` under `shards`."""
+        entry = self.entries.get(name)
+        if entry is not None:
+            return self.placed(entry, shards)
+        return shard_ref(self._services.group, name, shards=shards)
+
+    def add(self, job: ScheduledJob, *, created: datetime) -> None:
+        self.entries[job.name] = JobEntry(job=job, after=created, not_before=created)
+
+    def update(self, job: ScheduledJob) -> bool:
+        """The job's new spec; False when it is not run here."""
+        entry = self.entries.get(job.name)
+        if entry is None:
+            return False
+        if entry.job.spec.suspend and not job.spec.suspend:
+            entry.not_before = max(entry.not_before, self._services.clock.now())
+        entry.job, entry.next = job, None
+        return True
+
+    async def remove(self, name: str, reason: StopReason) -> None:
+        entry = self.entries.pop(name, None)
+        if entry is not None:
+            entry.stopped = True
+            await self._stop_running(entry, reason)
+
+    async def close(self, reason: StopReason) -> None:
+        """Forget every job and stop its runs."""
+        entries, self.entries = list(self.entries.values()), {}
+        await asyncio.gather(*(self._stop_running(e, reason) for e in entries))
+
+    async def _stop_running(self, entry: JobEntry, reason: StopReason) -> None:
+        grace = self._services.grace_period
+        runs = [entry.running, *entry.earlier.runs()]
+        await asyncio.gather(*(stop_run(run, reason=reason, grace=grace) for run in runs))
+
+    def track(self, name: str, run: tuple[asyncio.Task[None], RunControl]) -> None:
+        """A run of job `name` made outside its ticks here (a retry handed over from a
+        vanished holder): the job's later ticks see it as they see their own earlier runs
+        (concurrencyPolicy Forbid waits for it, Replace stops it)."""
+        entry = self.entries.get(name)
+        if entry is not None:
+            entry.earlier.keep(run)
+
+    def note_foreign(self, job: ScheduledJob) -> None:
+        """A once-per-tick job of the group whose handler is not registered here: this replica
+        does not run it, and steps back from claiming its shard's instants when it is due."""
+        self.foreign[job.name] = job
+
+    def forget_foreign(self, name: str) -> None:
+        self.foreign.pop(name, None)
+        self._foreign_placed.pop(name, None)
+
+    def foreign_ref(self, name: str, shards: int) -> ShardRef:
+        placed = self._foreign_placed.get(name)
+        if placed is None or placed[0] != shards:
+            placed = self._foreign_placed[name] = (
+                shards,
+                shard_ref(self._services.group, name, shards=shards),
+            )
+        return placed[1]
+
+    def handlers_due(
+        self, ref: ShardRef, instant: datetime, due: list[JobEntry], shards: int
+    ) -> set[str]:
+        """Handlers of every job of shard Lease `ref` due at `instant`, registered here or
+        not."""
+        handlers = {e.job.handler_name for e in due}
+        for job in self.foreign.values():
+            schedule = job.spec.parsed_schedule
+            if schedule is None or job.spec.suspend:
+                continue
+            if self.foreign_ref(job.name, shards) == ref and due_at(schedule, instant):
+                handlers.add(job.handler_name)
+        return handlers
+
+    def due(self, names: Iterable[str], instant: datetime) -> list[JobEntry]:
+        """The jobs named (still run here) with a tick at `instant`."""
+        entries = [self.entries[n] for n in names if n in self.entries]
+        due: dict[tuple[str, str], bool] = {}
+
+        def is_due(job: ScheduledJob) -> bool:
+            schedule = job.spec.parsed_schedule
+            if schedule is None or job.spec.suspend:
+                return False
+            key = (schedule.expression, schedule.time_zone)
+            if key not in due:
+                due[key] = due_at(schedule, instant)
+            return due[key]
+
+        return [e for e in entries if is_due(e.job)]
+
+    def of_shard(self, ref: ShardRef, shards: int) -> list[JobEntry]:
+        return [e for e in self.entries.values() if self.placed(e, shards) == ref]
+
+    def placed(self, entry: JobEntry, shards: int) -> ShardRef:
+        if entry.placed is None or entry.placed[0] != shards:
+            entry.placed = (shards, shard_ref(self._services.group, entry.job.name, shards=shards))
+        return entry.placed[1]

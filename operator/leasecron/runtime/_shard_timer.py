@@ -1,0 +1,158 @@
+"""The claim engine's one timer (`_shards.ShardTicks`, docs/design.md §5.3 step 1):
+`ShardTimer` sleeps until the soonest tick of any job run here (jobs on one schedule share one
+tick computation), takes every job due then, groups them by shard Lease and instant, places
+the member that claims each shard first (`balanced_first`, so that an instant's runs spread
+evenly over the replicas) and hands each shard instant to its claim (`_shard_claims`) in a
+task of its own. A suspended job's tick is skipped here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from leasecron.models.decisions import balanced_first
+from leasecron.models.shards import ShardRef, due_at
+from leasecron.models.vocabulary import SkipReason
+from leasecron.runtime._planning import NextTick, next_tick
+from leasecron.runtime._services import Services
+from leasecron.runtime._shard_claims import ShardClaims
+from leasecron.runtime._shard_group import ShardGroup
+from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
+
+_MAX_SLEEP = 30.0
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+"""Runs a shard instant's claim in a task of the engine's (named by the second argument)."""
+
+
+class ShardTimer:
+    """The timer of every once-per-tick job this replica runs."""
+
+    def __init__(
+        self,
+        services: Services,
+        jobs: ShardJobs,
+        group: ShardGroup,
+        claims: ShardClaims,
+        *,
+        spawn: Spawn,
+    ) -> None:
+        self._services = services
+        self._jobs = jobs
+        self._group = group
+        self._claims = claims
+        self._spawn = spawn
+        self._changed = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        """The jobs changed: plan again (the timer starts on the first)."""
+        self._changed.set()
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self._loop(), name="leasecron shard ticks"
+            )
+
+    async def close(self) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _plan(self, entry: JobEntry) -> NextTick | None:
+        spec = entry.job.spec
+        schedule = spec.parsed_schedule
+        if schedule is None:
+            return None
+        return next_tick(
+            schedule,
+            now=self._services.clock.now(),
+            after=entry.after,
+            starting_deadline=spec.starting_deadline,
+            catch_up=spec.catch_up.policy,
+        )
+
+    async def _loop(self) -> None:
+        clock = self._services.clock
+        while True:
+            self._changed.clear()
+            plans: dict[tuple[object, ...], NextTick | None] = {}
+            for entry in self._jobs.entries.values():
+                if entry.next is None:
+                    # Jobs on the same schedule (all the hourly ones) share one computation.
+                    spec = entry.job.spec
+                    key: tuple[object, ...] = (spec.schedule, spec.time_zone, entry.after)
+                    key += (spec.starting_deadline, spec.catch_up.policy)
+                    if key not in plans:
+                        plans[key] = self._plan(entry)
+                    entry.next = plans[key]
+            planned = [e for e in self._jobs.entries.values() if e.next is not None]
+            if not planned:
+                await self._changed.wait()
+                continue
+            soonest = min(e.next.tick for e in planned if e.next is not None)
+            remaining = (soonest - clock.now()).total_seconds()
+            if remaining > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), min(remaining, _MAX_SLEEP))
+                continue
+            self._fire([e for e in planned if e.next is not None and e.next.tick <= clock.now()])
+            await asyncio.sleep(0)  # the claims go out before the next ticks are planned
+
+    def _fire(self, due: list[JobEntry]) -> None:
+        """Hand every due job's tick to its shard's instant claim."""
+        groups: dict[tuple[ShardRef, datetime], dict[str, bool]] = {}
+        for entry in due:
+            assert entry.next is not None
+            planned = entry.next
+            entry.after, entry.next = planned.tick, None
+            if entry.job.spec.suspend:
+                self._services.skip(entry.job, SkipReason.SUSPENDED, tick=planned.tick)
+                continue
+            ref = self._jobs.ref_of(entry.job.name, self._group.state().shards)
+            key = (ref, planned.tick)
+            groups.setdefault(key, {})[entry.job.name] = planned.catch_up
+        by_instant: dict[datetime, dict[ShardRef, Iterable[str]]] = {}
+        for (ref, instant), names in groups.items():
+            by_instant.setdefault(instant, {})[ref] = names
+        for instant, due_then in by_instant.items():
+            self._place(instant, due_then)
+        for (ref, instant), catch_up in groups.items():
+            self._spawn(
+                self._claims.instant(ref, instant, catch_up),
+                f"leasecron shard {ref.lease} {instant.isoformat()}",
+            )
+
+    def _place(self, instant: datetime, due: Mapping[ShardRef, Iterable[str]]) -> None:
+        """Which live member claims each shard due at `instant` first, so that the instant's
+        runs spread evenly over the replicas (`balanced_first`, weighed by the jobs due per
+        shard, the jobs whose handlers this replica lacks included)."""
+        services, entries = self._services, self._jobs.entries
+        weights: dict[str, int] = {}
+        handlers: dict[str, set[str]] = {}
+        for ref, names in due.items():
+            for name in names:
+                if name in entries:
+                    weights[ref.lease] = weights.get(ref.lease, 0) + 1
+                    handlers.setdefault(ref.lease, set()).add(entries[name].job.handler_name)
+        shards = self._group.state().shards
+        for job in self._jobs.foreign.values():
+            schedule = job.spec.parsed_schedule
+            if schedule is None or job.spec.suspend or not due_at(schedule, instant):
+                continue
+            lease = self._jobs.foreign_ref(job.name, shards).lease
+            weights[lease] = weights.get(lease, 0) + 1
+            handlers.setdefault(lease, set()).add(job.handler_name)
+        own, members = services.registry.names(), services.membership.members()
+        able = {
+            lease: services.membership.members_with(needed, own=own) or members
+            for lease, needed in handlers.items()
+        }
+        claimed_here = {ref.lease for ref in due}
+        for lease, member in balanced_first(weights, able).items():
+            if lease in claimed_here:
+                self._claims.place_first(lease, instant, member)
