@@ -22,9 +22,6 @@ PACKAGES = ("models", "kube", "coordination", "runtime")
 
 STILL_TO_SPLIT = frozenset(
     {
-        "coordination/locks.py:TickLock",
-        "runtime/_shards.py:ShardTicks",
-        "runtime/_shards.py:ShardTicks._claim",
     }
 )
 
