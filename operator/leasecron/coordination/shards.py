@@ -118,7 +118,7 @@ class ShardLock(TickLock):
         return None
 
     def _replaceable(self) -> set[int]:
-        return {token for token, grant in self._grants.items() if grant.held}
+        return {token for token, grant in self._book.grants.items() if grant.held}
 
     async def _claim_now(
         self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int
@@ -141,9 +141,6 @@ class ShardLock(TickLock):
         if self.group is not None and self.group.state.takes(tick):
             return True
         return super()._taken(tick)
-
-    def taken_by_other(self, tick: datetime) -> bool:
-        return self._taken(tick) or super().taken_by_other(tick)
 
     async def _token_floor(self, seen: Seen | None) -> int:
         """A shard Lease is created with a token above the group's ceiling, read from the
@@ -180,19 +177,6 @@ class ShardLock(TickLock):
         if group is None or group.lease.observe() is None or not index.isdigit():
             return True
         return self.name == shard_lease_name(group.group, int(index), shards=group.state.shards)
-
-    def held_by_other(self) -> bool:
-        """Whether the Lease, as this process sees it, shows another party's live grant."""
-        seen = self.lease.observe()
-        if seen is None:
-            return False
-        record = seen.observation.record
-        live = grant_live(
-            seen.observation,
-            now_mono=self._clock.monotonic(),
-            fallback_s=self.config.lease_duration_s,
-        )
-        return live and bool(record.holder) and record.holder != self.identity
 
     async def wait_free(self, *, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait (on the watched Lease, sending nothing) until no other party's grant on it is
@@ -273,7 +257,7 @@ class ShardLock(TickLock):
                 self._idle.set()
 
     def _in_use(self) -> list[Grant]:
-        return [self._grants[t] for t in sorted(self._uses) if t in self._grants]
+        return [self._book.grants[t] for t in sorted(self._uses) if t in self._book.grants]
 
     async def _holding_loop(self) -> None:
         """Renew the newest grant every leaseDuration / 3 while any use goes, extending every
@@ -328,7 +312,7 @@ class ShardLock(TickLock):
         record = self._record()
         if record is None:
             return max(self._in_use(), key=lambda g: g.token, default=None)
-        return self._grants.get(record.transitions)
+        return self._book.grants.get(record.transitions)
 
     async def _release_all(self) -> None:
         """Nothing runs under any grant of ours: free the Lease (the newest grant's release
@@ -336,10 +320,10 @@ class ShardLock(TickLock):
         async with self._mutex:
             if self._uses:
                 return  # a new use started meanwhile; its keeper releases later
-            for token in sorted(self._grants):  # older ones first: they write nothing
+            for token in sorted(self._book.grants):  # older ones first: they write nothing
                 if token > self._highest_used:
                     continue  # claimed just now; its user has not entered `use` yet
-                grant = self._grants.get(token)
+                grant = self._book.grants.get(token)
                 if grant is not None and not grant.released:
                     await self.release(grant)
 

@@ -1,0 +1,288 @@
+"""TickLock on simulated seconds when a reply is lost or a write cannot be made (docs/design.md
+§5.7): a lost claim reply is read back and adopted when it landed; a claim whose read-back
+fails too is remembered as uncertain and adopted (handed to `on_orphan`, else released) when
+the view shows it; a release that cannot be written is kept and freed when the store answers;
+a caller that stops while its claim is on the wire hands the landed claim back. Also who
+holds the Lease: `held_by_other` and `taken_by_other` of a TickLock and of a ShardLock."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from _lease_simulation import FakeClient, FakeLeaseServer, simulate
+
+from leasecron.coordination import Grant, ReleaseResult, Skipped, TickLock
+from leasecron.coordination.locks import OrphanHandler
+from leasecron.coordination.shards import ShardLock, shard_config
+from leasecron.kube.errors import OutcomeUnknown, Unavailable
+from leasecron.models.clocks import FakeClock
+from leasecron.models.configs import LockConfig
+
+NS, LEASE = "ns", "job"
+TICK = datetime(2026, 1, 1, tzinfo=UTC)
+CONFIG = LockConfig(at_most_for=10)
+
+
+class LossyClient(FakeClient):
+    """A replica's connection whose next `lose` write replies are lost after the write
+    landed, and whose next `fail_gets` reads fail."""
+
+    def __init__(self, server: FakeLeaseServer, name: str) -> None:
+        super().__init__(server, name)
+        self.lose = 0
+        self.fail_gets = 0
+
+    def _lost(self, answer: dict[str, Any]) -> dict[str, Any]:
+        if self.lose <= 0:
+            return answer
+        self.lose -= 1
+        raise OutcomeUnknown("reply lost", reason="Injected")
+
+    async def get(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any] | None:
+        if self.fail_gets > 0:
+            self.fail_gets -= 1
+            raise Unavailable("read failed", reason="Injected")
+        return await super().get(namespace=namespace, name=name)
+
+    async def create(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        return self._lost(await super().create(namespace=namespace, body=body))
+
+    async def replace(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        return self._lost(await super().replace(namespace=namespace, body=body))
+
+
+def lock(
+    server: FakeLeaseServer,
+    client: FakeClient,
+    *,
+    on_orphan: OrphanHandler | None = None,
+    config: LockConfig = CONFIG,
+) -> TickLock:
+    return TickLock(
+        client,
+        server.cache(),
+        namespace=NS,
+        name=LEASE,
+        config=config,
+        identity=client.name,
+        clock=server.clock,
+        on_orphan=on_orphan,
+    )
+
+
+def holder(server: FakeLeaseServer) -> tuple[str, int]:
+    stored = server.stored(NS, LEASE)
+    assert stored is not None
+    return stored["spec"]["holderIdentity"], stored["spec"]["leaseTransitions"]
+
+
+def test_a_claim_whose_reply_is_lost_is_read_back_and_is_ours_when_it_landed() -> None:
+    server = FakeLeaseServer(FakeClock())
+    client = LossyClient(server, "a")
+
+    async def main() -> tuple[Grant | Skipped, int]:
+        a = lock(server, client)
+        first = await a.claim(TICK)
+        assert first is not None
+        await asyncio.sleep(0)
+        assert await first.release() == ReleaseResult.FREED
+        await asyncio.sleep(0)
+        client.lose = 1
+        gets = client.requests["get"]
+        result = await a.try_claim(TICK + timedelta(minutes=1))
+        read = client.requests["get"] - gets
+        await a.close()
+        return result, read
+
+    result, read = simulate(server.clock, main)
+    assert isinstance(result, Grant) and result.token == 2 and result.held
+    assert result.tick == TICK + timedelta(minutes=1) and result.replaced_tick == TICK
+    assert read == 1
+    assert holder(server) == ("a", 2)
+
+
+def test_an_uncertain_claim_that_landed_is_adopted_by_on_orphan_when_the_view_shows_it() -> None:
+    server = FakeLeaseServer(FakeClock())
+    client = LossyClient(server, "a")
+    adopted: list[Grant] = []
+
+    async def take_over(grant: Grant) -> None:
+        adopted.append(grant)
+        await grant.release()
+
+    async def main() -> Grant | Skipped:
+        a = lock(server, client, on_orphan=take_over)
+        client.lose, client.fail_gets = 1, 1
+        result = await a.try_claim(TICK)  # lands; the reply and the read-back are lost
+        await asyncio.sleep(0.1)  # the view shows the claim: our orphan
+        await a.close()
+        return result
+
+    result = simulate(server.clock, main)
+    assert result == Skipped("uncertain", "")
+    assert [(g.token, g.tick, g.replaced_tick) for g in adopted] == [(1, TICK, None)]
+    assert holder(server) == ("", 1)
+
+
+def test_an_uncertain_claim_that_landed_is_released_without_an_orphan_handler() -> None:
+    server = FakeLeaseServer(FakeClock())
+    client = LossyClient(server, "a")
+
+    async def main() -> Grant | Skipped:
+        a = lock(server, client)
+        client.lose, client.fail_gets = 1, 1
+        result = await a.try_claim(TICK)
+        await asyncio.sleep(0.1)
+        await a.close()
+        return result
+
+    result = simulate(server.clock, main)
+    assert isinstance(result, Skipped) and result.unreachable
+    assert holder(server) == ("", 1)
+
+
+def test_an_orphan_of_ours_not_from_an_uncertain_claim_is_freed_not_adopted() -> None:
+    server = FakeLeaseServer(FakeClock())
+    adopted: list[Grant] = []
+
+    async def take_over(grant: Grant) -> None:
+        adopted.append(grant)
+
+    async def main() -> None:
+        # Another view than the claimer's (as a process that started again with the same
+        # identity): it knows nothing of the grant, which is not an uncertain claim of its own.
+        later = lock(server, server.client("a"), on_orphan=take_over)
+        earlier = lock(server, server.client("a"))
+        await earlier.close()
+        assert isinstance(await earlier.try_claim(TICK), Grant)
+        await asyncio.sleep(0.1)
+        await later.close()
+
+    simulate(server.clock, main)
+    assert adopted == []
+    assert holder(server) == ("", 1)
+
+
+def test_a_release_that_cannot_be_written_is_kept_and_freed_when_the_store_answers() -> None:
+    server = FakeLeaseServer(FakeClock())
+
+    async def main() -> tuple[ReleaseResult, tuple[str, int], float]:
+        a = lock(server, server.client("a"))
+        grant = await a.claim(TICK)
+        assert grant is not None
+        await asyncio.sleep(0)
+        server.down = True
+        released = await grant.release()
+        await asyncio.sleep(1)
+        during = holder(server)
+        server.down = False
+        await asyncio.sleep(5)
+        freed_at = max(at for at, _, _ in server.writes)
+        await a.close()
+        return released, during, freed_at
+
+    start = server.clock.monotonic()
+    released, during, freed_at = simulate(server.clock, main)
+    assert released == ReleaseResult.KEPT
+    assert during == ("a", 1)
+    assert holder(server) == ("", 1)
+    assert 1 < freed_at - start < 3  # retried with a growing pause, from 0.25 s
+
+
+def test_a_claim_whose_caller_stops_while_it_is_on_the_wire_is_handed_back_once_it_lands() -> None:
+    server = FakeLeaseServer(FakeClock(), latency=lambda: 0.5)
+
+    async def main() -> None:
+        a = lock(server, server.client("a"))
+        claiming = asyncio.ensure_future(a.try_claim(TICK))
+        await asyncio.sleep(0.2)  # the create is on the wire
+        claiming.cancel()
+        try:
+            await claiming
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the claim was not cancelled")
+        await a.close()
+
+    simulate(server.clock, main)
+    assert holder(server) == ("", 1)
+
+
+def test_held_by_other_is_another_holders_live_grant_and_taken_by_other_adds_the_tick() -> None:
+    server = FakeLeaseServer(FakeClock())
+    config = LockConfig(at_most_for=3)
+
+    async def main() -> list[tuple[bool, bool, bool]]:
+        a = lock(server, server.client("a"), config=config)
+        b = lock(server, server.client("b"), config=config)
+        later = TICK + timedelta(minutes=1)
+        seen = [(b.held_by_other(), b.taken_by_other(TICK), a.held_by_other())]  # no Lease yet
+        grant = await a.claim(TICK)
+        assert grant is not None
+        await asyncio.sleep(0)
+        seen.append((b.held_by_other(), b.taken_by_other(later), a.held_by_other()))
+        await asyncio.sleep(3.5)  # expired by local time, not released
+        seen.append((b.held_by_other(), b.taken_by_other(TICK), b.taken_by_other(later)))
+        await a.close()
+        await b.close()
+        return seen
+
+    assert simulate(server.clock, main) == [
+        (False, False, False),
+        (True, True, False),  # b sees a's live grant; a does not see itself as another
+        (False, True, False),  # expired: not held, but TICK is on record
+    ]
+
+
+def test_a_shard_lock_tells_another_replicas_live_grant_from_its_own_and_a_released_one() -> None:
+    server = FakeLeaseServer(FakeClock())
+
+    def shard(identity: str) -> ShardLock:
+        return ShardLock(
+            server.client(identity),
+            server.cache(),
+            namespace=NS,
+            name=LEASE,
+            config=shard_config(3),
+            identity=identity,
+            clock=server.clock,
+        )
+
+    async def main() -> list[tuple[bool, bool, bool]]:
+        a, b = shard("a"), shard("b")
+        grant = await a.try_claim(TICK)
+        assert isinstance(grant, Grant)
+        later = TICK + timedelta(seconds=1)
+        async with a.use(grant):
+            await asyncio.sleep(0)
+            seen = [(b.held_by_other(), b.taken_by_other(later), a.held_by_other())]
+            free = asyncio.ensure_future(b.wait_free(timeout=10))
+            await asyncio.sleep(0.5)
+        assert await free
+        seen.append((b.held_by_other(), b.taken_by_other(later), b.taken_by_other(TICK)))
+        await a.close()
+        await b.close()
+        return seen
+
+    assert simulate(server.clock, main) == [(True, True, False), (False, False, True)]
