@@ -20,10 +20,7 @@ CLASS_LIMIT = 300
 FUNCTION_LIMIT = 60
 PACKAGES = ("models", "kube", "coordination", "runtime")
 
-STILL_TO_SPLIT = frozenset(
-    {
-    }
-)
+STILL_TO_SPLIT: frozenset[str] = frozenset()
 
 _ROOT = Path(leasecron.__file__).parent
 
