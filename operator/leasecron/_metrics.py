@@ -84,6 +84,11 @@ API_REQUESTS = Counter(
     "Requests to the Kubernetes API by verb, resource and status code.",
     ["verb", "resource", "code"],
 )
+WATCH_EVENTS = Counter(
+    "leasecron_watch_events_total",
+    "Watch events received by resource and type (ADDED, MODIFIED, DELETED, BOOKMARK).",
+    ["resource", "type"],
+)
 INJECTED_FAULTS = Counter(
     "leasecron_injected_faults_total",
     "Requests that a test fault plan (leasecron.testing.faults) failed, delayed or cut short.",

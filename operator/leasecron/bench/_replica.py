@@ -47,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
     p.add_argument("--shards", type=int, default=16, help="ticks via runtime: shard count")
     p.add_argument("--warm-up-jobs", type=int, default=0, help="ticks via runtime: extra jobs")
+    p.add_argument("--at-rest", type=float, default=0.0, help="ticks via runtime: seconds")
+    p.add_argument("--ledger", default="", help="ticks via runtime: the runs' ledger directory")
     p.add_argument("--job", default="", help="guards: the ScheduledJob of a job= guard")
     p.add_argument("--stagger", type=float, default=0.2, help="guards: seconds")
     p.add_argument("--warm-up", type=int, default=1, help="guards: ticks before the epoch")

@@ -25,7 +25,7 @@ import urllib3
 
 from leasecron.bench._drivers import ReplicaIO
 from leasecron.bench._through_coordination import StandbyMeter
-from leasecron.bench._through_runtime import writes_by_resource
+from leasecron.bench._through_runtime import requests_by_kind, writes_by_resource
 from leasecron.coordination import lease_informer
 from leasecron.coordination.resourcelocks import ROLE_GUARD
 from leasecron.kube.clients import Kube
@@ -113,18 +113,18 @@ async def guards(args: argparse.Namespace, io: ReplicaIO) -> None:
     )
     await warm_up
     await asyncio.sleep(max(0.0, epoch - 0.05 - time.time()))
-    writes, requests, by_resource = kube.write_count, kube.request_count, writes_by_resource()
+    writes, requests, by_kind = kube.write_count, kube.request_count, requests_by_kind()
     meter.finish(time.monotonic())
     meter.seconds, meter.requests = 0.0, 0
     skips = await asyncio.to_thread(_fire, body, io=io, epoch=epoch, args=_measured(args))
     await asyncio.sleep(args.run_ms / 1000.0 + _SETTLE_S)
     meter.finish(time.monotonic())
-    after = writes_by_resource()
+    after = requests_by_kind()
     io.emit(
         event="done",
         requests=kube.request_count - requests,
         writes=kube.write_count - writes,
-        writes_by={k: v - by_resource.get(k, 0.0) for k, v in after.items()},
+        writes_by=writes_by_resource({k: v - by_kind.get(k, 0.0) for k, v in after.items()}),
         standby_requests=meter.requests,
         standby_seconds=meter.seconds,
         skips=dict(skips),

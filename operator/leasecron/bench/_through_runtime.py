@@ -8,8 +8,12 @@ as a grant (job, tick index, token, the handler's own wall-clock start `t`, its 
 tick, and when the write claiming its instant went out and was answered), and once the parent
 says every run has started (`{"finish": true}`: it saw them all, or the last tick's
 startingDeadline passed), the last runs are over and this process's run records are written,
-report "done" with its API requests and writes (by resource), when its record backlog last
-emptied (`records_idle_at`: every JobRun of its runs written), peak RSS and CPU seconds.
+report "done" with its API requests and writes (by resource and verb), when its record backlog
+last emptied (`records_idle_at`: every JobRun of its runs written), peak RSS and CPU seconds.
+With `--at-rest S`, the replica then counts its requests (by verb, resource and Lease role) and
+the watch events it receives for S seconds with no tick due, and reports them too. Each run of
+the handler appends a line to the replica's ledger file in `--ledger` (a little real work, as
+an application's job does), and the start lag is taken inside the handler.
 
 `requests`: the same Scheduler; report "ready", then "synced" once it runs the benchmark's
 job, and a "start" (the run's tick, token, the handler's own wall-clock start `t`) at every
@@ -23,11 +27,13 @@ import asyncio
 import os
 import resource
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from leasecron._metrics import API_REQUESTS, RECORD_BACKLOG, SKIPS
+from leasecron._metrics import API_REQUESTS, RECORD_BACKLOG, SKIPS, WATCH_EVENTS
 from leasecron.bench._drivers import ReplicaIO
+from leasecron.kube._paths import describe
 from leasecron.kube.clients import Kube
 from leasecron.models.names import ANNOTATION_TICK, parse_tick
 from leasecron.runtime import JobContext, Scheduler, Tuning
@@ -76,10 +82,14 @@ class ClaimWrites:
         self.trace: list[tuple[str, str, float, float]] | None = (
             [] if os.environ.get("LEASECRON_BENCH_TRACE") else None
         )
+        self.counted: Counter[str] | None = None
+        """While not None (the at-rest window), requests sent by `request_kind`."""
         setattr(kube, "request", self._timed)  # noqa: B010  # mypy refuses assigning a method
 
     async def _timed(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         sent = time.time()
+        if self.counted is not None:
+            self.counted[request_kind(method, path, kwargs.get("query"))] += 1
         try:
             answer = await self._request(method, path, **kwargs)
         finally:
@@ -103,6 +113,16 @@ class ClaimWrites:
         return None if token is None else self.by_claim.get((instant, token))
 
 
+def request_kind(method: str, path: str, query: Any = None) -> str:
+    """`<verb> <resource>` of a request, with the role of a named Lease (`update leases/member`:
+    the word after `leasecron-` in its name)."""
+    verb, resource = describe(method, path, query)
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if resource == "leases" and name.startswith("leasecron-"):
+        resource = f"leases/{name.split('-')[1]}"
+    return f"{verb} {resource}"
+
+
 def _tick_of(lease: dict[str, Any]) -> float | None:
     text = ((lease.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TICK)
     try:
@@ -111,19 +131,45 @@ def _tick_of(lease: dict[str, Any]) -> float | None:
         return None
 
 
-def writes_by_resource() -> dict[str, float]:
-    """API writes of this process by resource (create, update, patch, delete)."""
-    writes: dict[str, float] = {}
+def requests_by_kind(*, writes_only: bool = True) -> dict[str, float]:
+    """API requests of this process by `<verb> <resource>` (writes alone by default: create,
+    update, patch, delete)."""
+    counts: dict[str, float] = {}
     # The metric alone: collecting the whole registry costs samples per job, and this is
     # read at the tick instant.
     for metric in API_REQUESTS.collect():
         for sample in metric.samples:
             if not sample.name.endswith("_total"):
                 continue
-            if sample.labels["verb"] in ("create", "update", "patch", "delete"):
-                key = sample.labels["resource"]
-                writes[key] = writes.get(key, 0.0) + sample.value
+            verb = sample.labels["verb"]
+            if not writes_only or verb in ("create", "update", "patch", "delete"):
+                key = f"{verb} {sample.labels['resource']}"
+                counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+def writes_by_resource(by_kind: dict[str, float]) -> dict[str, float]:
+    """`requests_by_kind` summed by resource."""
+    writes: dict[str, float] = {}
+    for key, value in by_kind.items():
+        resource = key.split(" ", 1)[1]
+        writes[resource] = writes.get(resource, 0.0) + value
     return writes
+
+
+def watch_events() -> dict[str, float]:
+    """Watch events this process received, by `<type> <resource>`."""
+    events: dict[str, float] = {}
+    for metric in WATCH_EVENTS.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                key = f"{sample.labels['type']} {sample.labels['resource']}"
+                events[key] = events.get(key, 0.0) + sample.value
+    return events
+
+
+def _minus(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in sorted(after.items()) if v - before.get(k, 0.0)}
 
 
 async def _until(condition: Callable[[], bool], *, timeout: float | None) -> None:  # noqa: ASYNC109
@@ -166,11 +212,13 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
     )
     epoch: float | None = None
     claims = ClaimWrites(kube)
+    ledger = _ledger(args)
 
     @scheduler.job(HANDLER)
     async def bench(ctx: JobContext) -> None:
         started = time.time()
         instant = ctx.tick.timestamp()
+        ledger.write(f"{ctx.job} {ctx.tick.isoformat()} {ctx.token} {args.identity}\n")
         if epoch is not None and ctx.job.startswith("bench-"):  # not a warm-up job
             claim = claims.claim_of(instant, ctx.token)
             io.emit(
@@ -195,7 +243,16 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         epoch = float(command["epoch"])
         io.emit(event="synced", t=time.time())
         await _measure(args, io, kube, epoch, claims)
+    ledger.close()
     await kube.close()
+
+
+def _ledger(args: argparse.Namespace) -> Any:
+    """The file each run appends a line to (`--ledger` directory; the null device without)."""
+    if not args.ledger:
+        return open(os.devnull, "w", encoding="utf-8")  # closed after the run
+    path = os.path.join(args.ledger, f"{args.identity}.log")
+    return open(path, "a", encoding="utf-8", buffering=1)  # line-buffered
 
 
 async def requests(args: argparse.Namespace, io: ReplicaIO) -> None:
@@ -223,7 +280,7 @@ async def _measure(
 ) -> None:
     await asyncio.sleep(max(0.0, epoch - time.time()))
     writes, requests, cpu = kube.write_count, kube.request_count, _cpu_seconds()
-    by_resource = writes_by_resource()
+    by_kind = requests_by_kind()
     watch = _BacklogWatch()
     watcher = asyncio.create_task(watch.run())
     # The parent says when every run of the ticks has started (or could no longer start);
@@ -232,7 +289,10 @@ async def _measure(
     await asyncio.sleep(args.run_ms / 1000.0 + _SETTLE_S)
     await _until_written(kube)
     watcher.cancel()
-    after = writes_by_resource()
+    written = _minus(requests_by_kind(), by_kind)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    cpu_s = _cpu_seconds() - cpu
+    at_rest = await _at_rest(args.at_rest, claims) if args.at_rest > 0 else None
     if claims.trace is not None:  # $LEASECRON_BENCH_TRACE: every request, for a closer look
         io.emit(event="trace", requests=claims.trace)
     io.emit(
@@ -240,14 +300,38 @@ async def _measure(
         records_idle_at=claims.last_record_write or (watch.idle_at if watch.pending_seen else None),
         requests=kube.request_count - requests,
         writes=kube.write_count - writes,
-        writes_by={k: v - by_resource.get(k, 0.0) for k, v in after.items()},
+        writes_by=writes_by_resource(written),
+        writes_by_kind=written,
         record_backlog=_backlog(),
-        rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        cpu_s=_cpu_seconds() - cpu,
+        rss_mb=rss_mb,
+        cpu_s=cpu_s,
+        at_rest=at_rest,
         standby_requests=0,
         standby_seconds=0.0,
         skips=_skips(),
     )
+
+
+async def _at_rest(seconds: float, claims: ClaimWrites) -> dict[str, Any]:
+    """What this replica sends and receives for `seconds` with no tick due: its requests by
+    kind (a named Lease by role) and the watch events it receives (and the watches it opens
+    again), after its runs are over and their records written."""
+    events, watches = watch_events(), _watches()
+    claims.counted = Counter()
+    cpu = _cpu_seconds()
+    await asyncio.sleep(seconds)
+    sent, claims.counted = dict(claims.counted), None
+    return {
+        "seconds": seconds,
+        "requests": dict(sorted(sent.items())),
+        "watches_opened": _minus(_watches(), watches),
+        "watch_events": _minus(watch_events(), events),
+        "cpu_s": _cpu_seconds() - cpu,
+    }
+
+
+def _watches() -> dict[str, float]:
+    return {k: v for k, v in requests_by_kind(writes_only=False).items() if k.startswith("watch")}
 
 
 def _skips() -> dict[str, Any]:

@@ -10,17 +10,25 @@ run (POST, PUT, PATCH, DELETE of all replicas during the ticks, from each replic
 counters, divided by runs) and standby requests per second (requests a replica sent for a
 Lease while it saw a live grant of another replica on it, per second of such grants seen).
 Through the runtime also: the time from the last tick until every replica's JobRuns were
-written, the JobRuns found afterwards by outcome, replica RSS and CPU.
+written, the JobRuns found afterwards by outcome, the API writes per run by verb and resource,
+the lines the runs appended to their replicas' ledger files, replica RSS and CPU; with
+`at_rest`, each replica's requests and watch events per minute with no tick due; with
+`cpu_hogs`, that many busy processes share the machine from the replicas' sync until every
+replica is done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +65,8 @@ class TickResults:
     done: list[Message]
     epoch: float
     jobruns: dict[str, int] = field(default_factory=dict)
+    ledger: tuple[int, int] | None = None
+    """Through the runtime: (lines, distinct job ticks) the runs appended to the ledgers."""
 
 
 def _argv(run: BenchRun, name: str, members: list[str], options: dict[str, Any]) -> list[str]:
@@ -89,6 +99,8 @@ def measure_ticks(
     claim_step: float,
     shards: int = DEFAULT_SHARDS,
     warm_up: bool = False,
+    at_rest: float = 0.0,
+    cpu_hogs: int = 0,
 ) -> TickResults:
     """Run the replicas through all ticks; what they reported."""
     if replicas < 1 or jobs < 1 or ticks < 1:
@@ -102,9 +114,13 @@ def measure_ticks(
         "starting_deadline": STARTING_DEADLINE_S,
     }
     warm_up_jobs = _runtime_ticks.warm_up_jobs(shards) if warm_up else []
+    ledger = run.workdir / "ledger"
     if run.through == "runtime":
         options["shards"] = shards
         options["warm_up_jobs"] = len(warm_up_jobs)
+        options["at_rest"] = at_rest
+        ledger.mkdir()
+        options["ledger"] = ledger
         _runtime_ticks.apply_crds(run.kubeconfig)
     else:
         leases = _free_job_leases(run.namespace, jobs)
@@ -144,6 +160,10 @@ def measure_ticks(
                 what=f"{name} running all {jobs} jobs before the first tick",
             )
     run.progress(f"{replicas} replicas ready; {ticks} ticks of {jobs} jobs from epoch {epoch:.0f}")
+    hogs = contextlib.ExitStack()
+    if cpu_hogs:
+        hogs.enter_context(_cpu_hogs(cpu_hogs))
+        run.progress(f"{cpu_hogs} CPU hog processes started")
     budget = ticks * PERIOD_S + STARTING_DEADLINE_S + 120.0 + jobs * 0.05
     # Through the runtime a replica cannot tell when the instant's last run has started (a
     # run may start until its startingDeadline): the parent says so, once it has seen every
@@ -151,15 +171,46 @@ def measure_ticks(
     finish_at = None
     if run.through == "runtime":
         finish_at = epoch + (ticks - 1) * PERIOD_S + STARTING_DEADLINE_S + run_ms / 1000.0
-    done = _collect(
-        run, replicas=replicas, expected=jobs * ticks, budget=budget, finish_at=finish_at
-    )
+    if at_rest > 0:
+        budget += at_rest
+    with hogs:
+        done = _collect(
+            run, replicas=replicas, expected=jobs * ticks, budget=budget, finish_at=finish_at
+        )
     grants = [m for m in run.group.history if m.event == "grant"]
     _write_trace(run, epoch)
     jobruns: dict[str, int] = {}
     if run.through == "runtime":
         jobruns = _runtime_ticks.count_jobruns(run.kubeconfig, run.namespace)
-    return TickResults(grants=grants, done=done, epoch=epoch, jobruns=jobruns)
+        return TickResults(
+            grants=grants, done=done, epoch=epoch, jobruns=jobruns, ledger=_ledger_lines(ledger)
+        )
+    return TickResults(grants=grants, done=done, epoch=epoch)
+
+
+@contextlib.contextmanager
+def _cpu_hogs(count: int) -> Iterator[None]:
+    """`count` processes that keep a CPU busy until the block ends."""
+    burn = "while True: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def _ledger_lines(ledger: Any) -> tuple[int, int]:
+    """(lines, distinct `job tick` pairs) of the benchmark jobs' runs in the ledger files."""
+    lines, ticks = 0, set()
+    for path in ledger.glob("*.log"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            job, tick = line.split(" ")[:2]
+            if job.startswith("bench-"):
+                lines += 1
+                ticks.add((job, tick))
+    return lines, len(ticks)
 
 
 def _write_trace(run: BenchRun, epoch: float) -> None:
@@ -286,6 +337,26 @@ def ticks_report(
             ("replica RSS max", show(figures["rss_mb_max"], " MB"), "<= 150 MB (1000 jobs)"),
             ("replica CPU s (mean)", show(figures["cpu_s_mean"], " s"), "-"),
         ]
+        rows += [
+            (f"  {kind} per run", show(value), "-")
+            for kind, value in figures["jobrun_writes_per_run_by_verb"].items()
+        ]
+    if results.ledger is not None:
+        lines, distinct = results.ledger
+        figures["ledger_lines"], figures["ledger_ticks"] = lines, distinct
+        rows += [("ledger lines (distinct ticks)", f"{lines} ({distinct})", f"{account.expected}")]
+    rest = _at_rest(done)
+    if rest:
+        figures["at_rest"] = rest
+        per_minute = rest["per_replica_per_minute"]
+        rows += [
+            (f"at rest: {kind} /min/replica", show(value), "-")
+            for kind, value in per_minute["requests"].items()
+        ]
+        rows += [
+            (f"at rest: watch {kind} /min/replica", show(value), "-")
+            for kind, value in per_minute["watch_events"].items()
+        ]
     title = f"ticks: {replicas} replicas x {jobs} jobs x {ticks} ticks ({PERIOD_S:g}s apart)"
     return figures, table(rows, title=title)
 
@@ -349,14 +420,44 @@ def _resources(done: list[Message], *, runs: int, ticks: int) -> dict[str, Any]:
     lease, jobruns = by.get("leases", 0.0), by.get("jobruns", 0.0)
     rss = [float(m.data["rss_mb"]) for m in done]
     cpu = [float(m.data["cpu_s"]) for m in done]
+    kinds = merge_counts(m.data.get("writes_by_kind", {}) for m in done)
     return {
         "writes_by_resource": by,
+        "writes_by_kind": kinds,
+        "jobrun_writes_per_run_by_verb": {
+            f"JobRun {kind.split(' ')[0]}": rounded(value / runs if runs else math.nan)
+            for kind, value in kinds.items()
+            if kind.endswith(" jobruns") or kind.endswith(" jobruns/status")
+        },
         "lease_writes_per_tick": rounded(lease / ticks),
         "jobrun_writes_per_run": rounded(jobruns / runs if runs else math.nan),
         "rss_mb_max": rounded(max(rss), 1),
         "cpu_s_mean": rounded(sum(cpu) / len(cpu), 2),
         "cpu_s_max": rounded(max(cpu), 2),
         "records_left": sum(float(m.data.get("record_backlog", 0)) for m in done),
+    }
+
+
+def _at_rest(done: list[Message]) -> dict[str, Any]:
+    """The replicas' requests (by kind) and watch events in their at-rest window, summed and
+    per replica per minute."""
+    rests = [m.data["at_rest"] for m in done if m.data.get("at_rest")]
+    if not rests:
+        return {}
+    minutes = sum(float(r["seconds"]) for r in rests) / 60.0
+    requests = merge_counts(r["requests"] for r in rests)
+    events = merge_counts(r["watch_events"] for r in rests)
+    reopened = merge_counts(r["watches_opened"] for r in rests)
+    return {
+        "seconds": float(rests[0]["seconds"]),
+        "requests": requests,
+        "watch_events": events,
+        "watches_opened": reopened,
+        "cpu_s": rounded(sum(float(r["cpu_s"]) for r in rests), 2),
+        "per_replica_per_minute": {
+            "requests": {k: rounded(v / minutes) for k, v in requests.items()},
+            "watch_events": {k: rounded(v / minutes) for k, v in {**events, **reopened}.items()},
+        },
     }
 
 
@@ -369,6 +470,8 @@ def run_ticks(
     claim_step: float = 0.1,
     shards: int = DEFAULT_SHARDS,
     warm_up: bool = False,
+    at_rest: float = 0.0,
+    cpu_hogs: int = 0,
     through: str = "coordination",
     compare_cronjob: bool = False,
     cronjob_minutes: int = 1,
@@ -389,10 +492,13 @@ def run_ticks(
                 claim_step=claim_step,
                 shards=shards,
                 warm_up=warm_up,
+                at_rest=at_rest,
+                cpu_hogs=cpu_hogs,
             )
         figures, human = ticks_report(results, replicas=replicas, jobs=jobs, ticks=ticks)
         figures["run_ms"] = run_ms
         figures["through"] = through
+        figures["cpu_hogs"] = cpu_hogs
         if through == "runtime":
             figures["shards"] = shards
             figures["warm_up"] = warm_up

@@ -107,6 +107,21 @@ bench.add_command(
     help="--through runtime: one job per shard runs 5 s before tick 0, so the shard Leases exist.",
 )
 @click.option(
+    "--at-rest",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="--through runtime: then count each replica's requests and watch events for this "
+    "many seconds with no tick due.",
+)
+@click.option(
+    "--cpu-hogs",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Busy processes sharing the machine while the ticks run.",
+)
+@click.option(
     "--compare-cronjob",
     is_flag=True,
     help="Then run the CronJob controller with as many CronJobs (see `bench cronjob`).",
@@ -121,6 +136,8 @@ def ticks(
     claim_step: float,
     shards: int,
     warm_up: bool,
+    at_rest: float,
+    cpu_hogs: int,
     compare_cronjob: bool,
     through: str,
     json_output: bool,
@@ -136,6 +153,8 @@ def ticks(
         claim_step=claim_step,
         shards=shards,
         warm_up=warm_up,
+        at_rest=at_rest,
+        cpu_hogs=cpu_hogs,
         compare_cronjob=compare_cronjob,
         through=through,
         json_output=json_output,

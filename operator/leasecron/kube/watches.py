@@ -30,10 +30,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from leasecron._logs import get_logger
+from leasecron._metrics import WATCH_EVENTS
 from leasecron.kube import _diffs
 from leasecron.kube import _freshness as fresh
 from leasecron.kube._caches import ObjectCache, WatchEvent, wait_until
 from leasecron.kube._diffs import resource_version
+from leasecron.kube._paths import describe
 from leasecron.kube.clients import Kube, WatchStream
 from leasecron.kube.errors import Gone, KubeError
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
@@ -360,10 +362,16 @@ class Informer(ObjectCache):
         state.heard(generation)
         self._post(generation, self._set_connected, True)
         delivered = 0
+        resource = describe("GET", self.path)[1]
+        counters: dict[str, Any] = {}
         try:
             for line in stream:
                 state.heard(generation)
                 kind, obj = _diffs.parse_watch_line(line)
+                counter = counters.get(kind)
+                if counter is None:
+                    counter = counters[kind] = WATCH_EVENTS.labels(resource=resource, type=kind)
+                counter.inc()
                 if kind != _diffs.BOOKMARK:
                     if not self._post(generation, self._apply, kind, obj):
                         break

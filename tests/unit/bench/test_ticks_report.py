@@ -84,3 +84,43 @@ def test_a_start_is_split_at_the_write_that_claimed_its_instant() -> None:
     assert (figures["claim_sent_p50_ms"], figures["claim_write_p50_ms"]) == (10.0, 20.0)
     assert figures["after_claim_p50_ms"] == 20.0
     assert "claim write answered in" in human
+
+
+def test_at_rest_requests_and_watch_events_are_per_replica_per_minute() -> None:
+    rest = {
+        "seconds": 30.0,
+        "requests": {"update leases/member": 3},
+        "watch_events": {"MODIFIED leases": 3, "BOOKMARK scheduledjobs": 1},
+        "watches_opened": {},
+        "cpu_s": 0.1,
+    }
+    done = [_done("a", at_rest=rest), _done("b", at_rest=rest)]
+    results = TickResults(grants=[_grant("a", 0, 0, 0.01)], done=done, epoch=EPOCH)
+
+    figures, human = ticks_report(results, replicas=2, jobs=1, ticks=1)
+
+    per_minute = figures["at_rest"]["per_replica_per_minute"]
+    assert per_minute["requests"] == {"update leases/member": 6.0}
+    assert per_minute["watch_events"] == {"BOOKMARK scheduledjobs": 2.0, "MODIFIED leases": 6.0}
+    assert "at rest: update leases/member /min/replica" in human
+
+
+def test_jobrun_writes_per_run_are_split_by_verb_and_the_ledger_is_counted() -> None:
+    done = _runtime_done("a", EPOCH + 1.0)
+    done.data["writes_by_kind"] = {"create jobruns": 2.0, "patch jobruns/status": 2.0}
+    grants = [_grant("a", 0, 0, 0.01), _grant("a", 1, 0, 0.02)]
+    results = TickResults(grants=grants, done=[done], epoch=EPOCH, ledger=(3, 2))
+
+    figures, human = ticks_report(results, replicas=1, jobs=2, ticks=1)
+
+    assert figures["jobrun_writes_per_run_by_verb"] == {"JobRun create": 1.0, "JobRun patch": 1.0}
+    assert (figures["ledger_lines"], figures["ledger_ticks"]) == (3, 2)
+    assert "3 (2)" in human
+
+
+def test_a_request_names_the_role_of_a_named_lease() -> None:
+    from leasecron.bench._through_runtime import request_kind
+
+    path = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/leasecron-member-g-replica-0"
+    assert request_kind("PUT", path) == "update leases/member"
+    assert request_kind("GET", "/apis/coordination.k8s.io/v1/namespaces/ns/leases") == "list leases"
