@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import TYPE_CHECKING, Any, Protocol
 
 from structlog.typing import FilteringBoundLogger
@@ -26,7 +27,7 @@ from leasecron.coordination.grants import Grant
 from leasecron.coordination.resourcelocks import LeaseLock
 from leasecron.kube.errors import Conflict, KubeError
 from leasecron.models.clocks import Clock
-from leasecron.models.decisions import free_record, lost_reason, orphaned
+from leasecron.models.decisions import free_record, grant_live, lost_reason, orphaned
 from leasecron.models.leases import LeaseRecord
 from leasecron.models.names import format_tick
 from leasecron.models.vocabulary import SkipReason
@@ -70,6 +71,9 @@ class ClaimSettlement:
         self.on_orphan = on_orphan
         self._uncertain: dict[int, SentClaim] = {}
         self._resolving: dict[int, asyncio.Task[None]] = {}
+        """The task taking care of each orphan token of ours (one per token)."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Those tasks still going, adopted grants' handlers included (cancelled on close)."""
 
     def _record(self) -> LeaseRecord | None:
         seen = self.lease.observe()
@@ -167,7 +171,14 @@ class ClaimSettlement:
             self._resolve(token, free_at), name=f"resolve {self.lease.name} {token}"
         )
         self._resolving[token] = task
-        task.add_done_callback(lambda _: self._resolving.pop(token, None))
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(self._resolved, token))
+
+    def _resolved(self, token: int, task: asyncio.Task[None]) -> None:
+        """`task`, that took care of `token`, ended (a later task for it may go on)."""
+        self._tasks.discard(task)
+        if self._resolving.get(token) is task:
+            self._resolving.pop(token, None)
 
     async def _resolve(self, token: int, free_at: float) -> None:
         """Our own grant `token` that we have no record of, or could not release: adopt the
@@ -175,6 +186,9 @@ class ClaimSettlement:
         claim = self._uncertain.pop(token, None)
         if claim is not None:
             grant = self.grant(token, claim)
+            # Adopted: a grant like any other now, no orphan. A release of it that does not
+            # land (here or in `on_orphan`) is freed as any is, by a task of its own.
+            self._resolving.pop(token, None)
             self._log.warning(
                 "found our claim whose reply was lost", token=token, tick=format_tick(claim.tick)
             )
@@ -188,7 +202,7 @@ class ClaimSettlement:
 
     async def _free_when_possible(self, token: int, free_at: float) -> None:
         """Free our grant `token` at `free_at` (local monotonic), retrying while the store
-        cannot be reached, until it is free or no longer ours."""
+        cannot be reached, until it is free, no longer ours, or expired by local time."""
         await asyncio.sleep(max(0.0, free_at - self._clock.monotonic()))
         delay = 0.25
         while True:
@@ -214,10 +228,24 @@ class ClaimSettlement:
                 self._log.info("could not free our grant yet", token=token, error=repr(e))
                 await asyncio.sleep(delay)
                 delay = min(_FREE_RETRY_CAP, delay * 2)
+            if not self._live():
+                self._log.info("our grant expired before it could be freed", token=token)
+                self._book.forget(token)
+                return
+
+    def _live(self) -> bool:
+        """Whether the Lease, as this process sees it, shows a grant not expired by local
+        time (once ours expired, there is nothing left to free)."""
+        seen = self.lease.observe()
+        return grant_live(
+            seen.observation if seen is not None else None,
+            now_mono=self._clock.monotonic(),
+            fallback_s=self._book.config.lease_duration_s,
+        )
 
     async def close(self) -> None:
         """Cancel scheduled frees and orphan handling (the Lease then simply expires)."""
-        tasks = list(self._resolving.values())
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:

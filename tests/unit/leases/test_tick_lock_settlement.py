@@ -1,22 +1,26 @@
 """TickLock on simulated seconds when a reply is lost or a write cannot be made (docs/design.md
 §5.7): a lost claim reply is read back and adopted when it landed; a claim whose read-back
 fails too is remembered as uncertain and adopted (handed to `on_orphan`, else released) when
-the view shows it; a release that cannot be written is kept and freed when the store answers;
-a caller that stops while its claim is on the wire hands the landed claim back. Also who
-holds the Lease: `held_by_other` and `taken_by_other` of a TickLock and of a ShardLock."""
+the view shows it; a release that cannot be written is kept and freed when the store answers,
+an adopted orphan's too (until it expires, and not once another replica holds the Lease); a
+caller that stops while its claim is on the wire hands the landed claim back. Also who holds the
+Lease: `held_by_other` and `taken_by_other` of a TickLock and of a ShardLock."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from _lease_simulation import FakeClient, FakeLeaseServer, simulate
 
 from leasecron.coordination import Grant, ReleaseResult, Skipped, TickLock
 from leasecron.coordination.locks import OrphanHandler
 from leasecron.coordination.shards import ShardLock, shard_config
-from leasecron.kube.errors import OutcomeUnknown, Unavailable
+from leasecron.kube.errors import Conflict, OutcomeUnknown, Unavailable
 from leasecron.models.clocks import FakeClock
 from leasecron.models.configs import LockConfig
 
@@ -27,12 +31,14 @@ CONFIG = LockConfig(at_most_for=10)
 
 class LossyClient(FakeClient):
     """A replica's connection whose next `lose` write replies are lost after the write
-    landed, and whose next `fail_gets` reads fail."""
+    landed, whose next `fail_gets` reads fail, and whose next replaces fail (not sent) with
+    the errors in `fail_replaces`, one each, in order."""
 
     def __init__(self, server: FakeLeaseServer, name: str) -> None:
         super().__init__(server, name)
         self.lose = 0
         self.fail_gets = 0
+        self.fail_replaces: list[Exception] = []
 
     def _lost(self, answer: dict[str, Any]) -> dict[str, Any]:
         if self.lose <= 0:
@@ -68,6 +74,9 @@ class LossyClient(FakeClient):
         body: dict[str, Any],
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
+        if self.fail_replaces:
+            self.requests["replace"] += 1
+            raise self.fail_replaces.pop(0)
         return self._lost(await super().replace(namespace=namespace, body=body))
 
 
@@ -207,6 +216,107 @@ def test_a_release_that_cannot_be_written_is_kept_and_freed_when_the_store_answe
     assert during == ("a", 1)
     assert holder(server) == ("", 1)
     assert 1 < freed_at - start < 3  # retried with a growing pause, from 0.25 s
+
+
+async def release_it(grant: Grant) -> None:
+    """An orphan handler that hands the adopted grant back at once."""
+    await grant.release()
+
+
+def _unavailable() -> list[Exception]:
+    return [Unavailable("503 Service Unavailable", status=503, reason="Injected")]
+
+
+def _timeout() -> list[Exception]:
+    return [TimeoutError("request timed out")]
+
+
+def _conflicts() -> list[Exception]:
+    # The release's write and, after a read-back showing the grant still ours, its second try.
+    return [Conflict("stale resourceVersion", status=409), Conflict("again", status=409)]
+
+
+@pytest.mark.parametrize("failure", [_unavailable, _timeout, _conflicts])
+@pytest.mark.parametrize("on_orphan", [None, release_it], ids=["released", "handed-over"])
+def test_an_adopted_orphan_whose_release_fails_is_freed_when_the_store_answers(
+    on_orphan: OrphanHandler | None, failure: Callable[[], list[Exception]]
+) -> None:
+    server = FakeLeaseServer(FakeClock())
+    client = LossyClient(server, "a")
+
+    async def main() -> tuple[tuple[str, int], float]:
+        a = lock(server, client, on_orphan=on_orphan)
+        client.lose, client.fail_gets = 1, 1  # the claim (a create) lands, unconfirmed
+        client.fail_replaces = failure()  # the adopted grant's release does not land
+        assert await a.try_claim(TICK) == Skipped("uncertain", "")
+        await asyncio.sleep(2)  # well before the grant expires (10 s)
+        during = holder(server)
+        await a.close()
+        return during, max(at for at, _, _ in server.writes)
+
+    start = server.clock.monotonic()
+    during, freed_at = simulate(server.clock, main)
+    assert client.fail_replaces == []
+    assert during == ("", 1)  # freed, not left held until it expires
+    assert freed_at - start < 1
+
+
+def test_an_adopted_orphan_whose_release_never_lands_is_retried_until_it_expires() -> None:
+    server = FakeLeaseServer(FakeClock())
+    client = LossyClient(server, "a")
+
+    async def main() -> tuple[int, int, int]:
+        a = lock(server, client)
+        client.lose, client.fail_gets = 1, 1
+        client.fail_replaces = _unavailable() * 1000
+        assert await a.try_claim(TICK) == Skipped("uncertain", "")
+        await asyncio.sleep(5)
+        before_expiry = client.requests["replace"]
+        await asyncio.sleep(7)  # 12 s after the claim: expired by local time (10 s)
+        at_expiry = client.requests["replace"]
+        await asyncio.sleep(60)
+        later = client.requests["replace"]
+        await a.close()
+        return before_expiry, at_expiry, later
+
+    before_expiry, at_expiry, later = simulate(server.clock, main)
+    assert before_expiry > 2  # the release, then retries
+    assert later == at_expiry  # nothing to release once it expired
+    assert holder(server) == ("a", 1)
+
+
+def test_an_adopted_orphans_release_that_finds_another_holder_is_not_retried() -> None:
+    server = FakeLeaseServer(FakeClock())
+    client = LossyClient(server, "a")
+
+    def taken_behind_the_view(identity: str, token: int) -> None:
+        # Another replica's write that this replica's view has not seen yet.
+        stored = copy.deepcopy(server.stored(NS, LEASE))
+        assert stored is not None
+        stored["spec"]["holderIdentity"], stored["spec"]["leaseTransitions"] = identity, token
+        server.version += 1
+        stored["metadata"]["resourceVersion"] = str(server.version)
+        server.objects[(NS, LEASE)] = stored
+
+    released: list[ReleaseResult] = []
+
+    async def take_over(grant: Grant) -> None:
+        taken_behind_the_view("b", grant.token + 1)
+        released.append(await grant.release())  # a Conflict; read back: b holds it
+
+    async def main() -> int:
+        a = lock(server, client, on_orphan=take_over)
+        client.lose, client.fail_gets = 1, 1
+        assert await a.try_claim(TICK) == Skipped("uncertain", "")
+        await asyncio.sleep(0.1)
+        replaces = client.requests["replace"]
+        await asyncio.sleep(30)
+        await a.close()
+        return client.requests["replace"] - replaces
+
+    assert simulate(server.clock, main) == 0
+    assert released == [ReleaseResult.NOT_OURS]
+    assert holder(server) == ("b", 2)
 
 
 def test_a_claim_whose_caller_stops_while_it_is_on_the_wire_is_handed_back_once_it_lands() -> None:
