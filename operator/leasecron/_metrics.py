@@ -12,11 +12,16 @@ Does not promise: that the endpoint is authenticated (bind it to a pod port, not
 
 from __future__ import annotations
 
+import bisect
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from leasecron._version import __version__
 
@@ -43,13 +48,84 @@ LAST_SUCCESS = Gauge(
     "Unix time of the end of the job's last successful run (status.lastSuccessfulTime).",
     list(JOB_LABELS),
 )
-RUN_DURATION = Histogram(
+
+
+class _Series:
+    """One labelled series of a `CompactHistogram`: a count per bucket and the sum."""
+
+    __slots__ = ("_owner", "counts", "total")
+
+    def __init__(self, owner: CompactHistogram) -> None:
+        self._owner = owner
+        self.counts = [0] * len(owner.bounds)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        index = bisect.bisect_left(self._owner.bounds, value)  # the first bound >= value
+        with self._owner.lock:
+            self.counts[index] += 1
+            self.total += value
+
+
+class CompactHistogram(Collector):
+    """A labelled histogram exposed as prometheus_client's `Histogram` is (`_bucket` with
+    `le`, `_count`, `_sum`; no `_created`), with one lock for all its series and a plain list
+    of counts per series: a job's series costs about 200 bytes where prometheus_client's
+    costs a locked value per bucket (about 3.5 KB), which at 10,000 jobs is the difference
+    between 4 MB and 70 MB per process. `labels(...)` and `observe(v)` as in prometheus_client."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        *,
+        buckets: Sequence[float],
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.bounds = (*sorted(float(b) for b in buckets), float("inf"))
+        self._les = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
+        self.lock = threading.Lock()
+        self._series: dict[tuple[str, ...], _Series] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: object, **named: object) -> _Series:
+        if named:
+            values = tuple(named[label] for label in self.labelnames)
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values!r}")
+        key = tuple(str(v) for v in values)
+        series = self._series.get(key)
+        if series is None:
+            with self.lock:
+                series = self._series.setdefault(key, _Series(self))
+        return series
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self.lock:
+            rows = [(key, list(s.counts), s.total) for key, s in self._series.items()]
+        for key, counts, total in rows:
+            cumulative, buckets = 0, []
+            for le, count in zip(self._les, counts, strict=True):
+                cumulative += count
+                buckets.append((le, float(cumulative)))
+            family.add_metric(list(key), buckets, total)
+        yield family
+
+
+RUN_DURATION = CompactHistogram(
     "leasecron_run_duration_seconds",
     "Handler run time.",
     [*JOB_LABELS, "bucket"],
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600),
 )
-START_LAG = Histogram(
+START_LAG = CompactHistogram(
     "leasecron_start_lag_seconds",
     "Time from the scheduled tick to the handler start.",
     [*JOB_LABELS, "bucket"],
@@ -58,8 +134,8 @@ START_LAG = Histogram(
 
 
 def prepare_job(namespace: str, job: str, bucket: str) -> None:
-    """Make a job's run metrics (children of the histograms) when the job is taken up, not
-    on its first run's start path (each costs a lock and a value per bucket)."""
+    """Make a job's run metrics (series of the histograms) when the job is taken up, not on
+    its first run's start path."""
     START_LAG.labels(namespace, job, bucket)
     RUN_DURATION.labels(namespace, job, bucket)
 

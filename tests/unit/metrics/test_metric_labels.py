@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 from leasecron import __version__
@@ -20,30 +20,59 @@ from leasecron.operator import _metrics as operator_metrics
 RESERVED = {"job", "namespace", "instance", "pod", "container"}
 
 
-def _leasecron_metrics() -> Iterator[MetricWrapperBase]:
+def _leasecron_metrics() -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(name, label names) of every leasecron metric."""
     for module in (shared, operator_metrics):
         for value in vars(module).values():
             if isinstance(value, MetricWrapperBase) and value._name.startswith("leasecron_"):
-                yield value
+                yield value._name, tuple(value._labelnames)
+            elif isinstance(value, shared.CompactHistogram):
+                yield value.name, value.labelnames
 
 
 def test_no_metric_has_a_label_prometheus_renames_on_scrape() -> None:
     clashes = {
-        metric._name: sorted(RESERVED & set(metric._labelnames))
-        for metric in _leasecron_metrics()
-        if RESERVED & set(metric._labelnames)
+        name: sorted(RESERVED & set(labels))
+        for name, labels in _leasecron_metrics()
+        if RESERVED & set(labels)
     }
     assert clashes == {}
 
 
 def test_every_per_job_metric_labels_the_job_as_job_namespace_and_scheduled_job() -> None:
     per_job = {
-        metric._name: metric._labelnames[:2]
-        for metric in _leasecron_metrics()
-        if any("job" in label or "namespace" in label for label in metric._labelnames)
-        and "lease" not in metric._labelnames
+        name: labels[:2]
+        for name, labels in _leasecron_metrics()
+        if any("job" in label or "namespace" in label for label in labels) and "lease" not in labels
     }
     assert per_job and set(per_job.values()) == {("job_namespace", "scheduled_job")}, per_job
+    assert {"leasecron_start_lag_seconds", "leasecron_run_duration_seconds"} <= set(per_job)
+
+
+def test_a_compact_histogram_is_exposed_as_a_prometheus_client_histogram_is() -> None:
+    """Same `_bucket` (cumulative, `le` as Go prints it), `_count` and `_sum` samples as
+    prometheus_client's Histogram for the same observations (it has no `_created`)."""
+    buckets = (0.005, 0.05, 1, 60)
+    compact_registry, reference_registry = CollectorRegistry(), CollectorRegistry()
+    compact = shared.CompactHistogram(
+        "h_seconds", "help", ["a", "b"], buckets=buckets, registry=compact_registry
+    )
+    reference = Histogram(
+        "h_seconds", "help", ["a", "b"], buckets=buckets, registry=reference_registry
+    )
+    for value in (0.005, 0.3, 1.0, 61.0, 0.0):
+        compact.labels("x", "y").observe(value)
+        reference.labels("x", "y").observe(value)
+    compact.labels(a="x", b="z").observe(2.0)
+    reference.labels(a="x", b="z").observe(2.0)
+
+    def lines(registry: CollectorRegistry) -> list[str]:
+        text = generate_latest(registry).decode()
+        return [line for line in text.splitlines() if "_created" not in line]
+
+    assert lines(compact_registry) == lines(reference_registry)
+    with pytest.raises(ValueError, match="takes labels"):
+        compact.labels("only-one")
 
 
 def test_build_info_carries_the_package_version() -> None:
