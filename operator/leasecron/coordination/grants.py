@@ -44,7 +44,9 @@ class LostEvent(threading.Event):
 
     def __init__(self) -> None:
         super().__init__()
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        """By registration number: removed in O(1) (a grant has a callback per run)."""
+        self._next = 0
         self._guard = threading.Lock()
 
     def set(self) -> None:
@@ -52,7 +54,7 @@ class LostEvent(threading.Event):
             if self.is_set():
                 return
             super().set()
-            callbacks, self._callbacks = self._callbacks, []
+            callbacks, self._callbacks = list(self._callbacks.values()), {}
         for callback in callbacks:
             try:
                 callback()
@@ -64,17 +66,20 @@ class LostEvent(threading.Event):
         function that unregisters it."""
         with self._guard:
             if not self.is_set():
-                self._callbacks.append(callback)
-                return lambda: self._remove(callback)
+                number, self._next = self._next, self._next + 1
+                self._callbacks[number] = callback
+                return lambda: self._remove(number)
         callback()
         return lambda: None
 
-    def _remove(self, callback: Callable[[], None]) -> None:
-        with self._guard, contextlib.suppress(ValueError):
-            self._callbacks.remove(callback)
+    def _remove(self, number: int) -> None:
+        with self._guard:
+            self._callbacks.pop(number, None)
 
     async def wait_async(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         """Await the event; False when `timeout` seconds pass first."""
+        if self.is_set():
+            return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
@@ -87,11 +92,14 @@ class LostEvent(threading.Event):
                 loop.call_soon_threadsafe(resolve)
 
         remove = self.on_set(wake)
+        timer = None if timeout is None else loop.call_later(max(0.0, timeout), resolve)
         try:
-            await asyncio.wait([future], timeout=timeout)
+            await future
         finally:
             remove()
-        return future.done() or self.is_set()
+            if timer is not None:
+                timer.cancel()
+        return self.is_set()
 
 
 async def call_listener(callback: Callable[..., Any], *args: Any, what: str, **log: Any) -> None:
