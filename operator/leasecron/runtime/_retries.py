@@ -199,7 +199,12 @@ class Attempts:
                 attempt=ctx.attempt,
                 outcome=outcome,
                 now=now,
-                next_tick=self._next_tick(ctx.tick) if self._until is None else None,
+                # The next tick only bounds a retry (not computed for a run that ends here).
+                next_tick=(
+                    self._next_tick(ctx.tick)
+                    if self._until is None and outcome in RETRIED and ctx.attempt <= retry.limit
+                    else None
+                ),
                 policy=job.spec.concurrency_policy,
                 bound=self._bound(now),
             )

@@ -3,7 +3,10 @@
 tick computation), takes every job due then, groups them by shard Lease and instant, places
 the member that claims each shard first (`balanced_first`, so that an instant's runs spread
 evenly over the replicas) and hands each shard instant to its claim (`_shard_claims`) in a
-task of its own. A suspended job's tick is skipped here.
+task of its own. The grouping and placement are prepared up to `_PREPARE_S` before the
+instant (again if the jobs change meanwhile): work that grows with the jobs due is not done
+between the instant and its claims, where a replica slower than the others at it would lose
+the claims it was placed to make. A suspended job's tick is skipped here.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,9 +28,21 @@ from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
 
 _MAX_SLEEP = 30.0
+_PREPARE_S = 1.0
+"""How long before an instant its claims are prepared (grouped by shard, placed)."""
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 """Runs a shard instant's claim in a task of the engine's (named by the second argument)."""
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An instant's claims, prepared: the jobs due, their ticks by shard Lease and instant
+    (with catch-up per job) and the member placed to claim each first."""
+
+    due: list[JobEntry]
+    groups: dict[tuple[ShardRef, datetime], dict[str, bool]]
+    first: dict[tuple[str, datetime], str]
 
 
 class ShardTimer:
@@ -96,38 +112,65 @@ class ShardTimer:
                 continue
             soonest = min(e.next.tick for e in planned if e.next is not None)
             remaining = (soonest - clock.now()).total_seconds()
-            if remaining > 0:
+            if remaining > _PREPARE_S:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), min(remaining, _MAX_SLEEP))
+                    await asyncio.wait_for(
+                        self._changed.wait(), min(remaining - _PREPARE_S, _MAX_SLEEP)
+                    )
                 continue
-            self._fire([e for e in planned if e.next is not None and e.next.tick <= clock.now()])
+            if remaining > 0:
+                # The instant's grouping and placement are done before it comes, so that the
+                # claims go out as it does (a large group's work per job is not on the clock).
+                prepared = self._prepare([e for e in planned if e.next and e.next.tick <= soonest])
+                remaining = (soonest - clock.now()).total_seconds()
+                if remaining > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), remaining)
+                        continue  # the jobs changed: plan again
+            else:
+                now = clock.now()
+                prepared = self._prepare([e for e in planned if e.next and e.next.tick <= now])
+            self._launch(prepared)
             await asyncio.sleep(0)  # the claims go out before the next ticks are planned
 
-    def _fire(self, due: list[JobEntry]) -> None:
-        """Hand every due job's tick to its shard's instant claim."""
+    def _prepare(self, due: list[JobEntry]) -> _Prepared:
+        """Group every due job's tick by shard Lease and instant, and place the member that
+        claims each first; changes nothing."""
         groups: dict[tuple[ShardRef, datetime], dict[str, bool]] = {}
+        shards = self._group.state().shards
         for entry in due:
             assert entry.next is not None
-            planned = entry.next
-            entry.after, entry.next = planned.tick, None
-            if entry.job.spec.suspend:
-                self._services.skip(entry.job, SkipReason.SUSPENDED, tick=planned.tick)
-                continue
-            ref = self._jobs.ref_of(entry.job.name, self._group.state().shards)
-            key = (ref, planned.tick)
-            groups.setdefault(key, {})[entry.job.name] = planned.catch_up
+            if not entry.job.spec.suspend:
+                ref = self._jobs.placed(entry, shards)
+                groups.setdefault((ref, entry.next.tick), {})[entry.job.name] = entry.next.catch_up
         by_instant: dict[datetime, dict[ShardRef, Iterable[str]]] = {}
         for (ref, instant), names in groups.items():
             by_instant.setdefault(instant, {})[ref] = names
-        for instant, due_then in by_instant.items():
-            self._place(instant, due_then)
-        for (ref, instant), catch_up in groups.items():
+        first = {
+            (lease, instant): member
+            for instant, due_then in by_instant.items()
+            for lease, member in self._place(instant, due_then).items()
+        }
+        return _Prepared(due=due, groups=groups, first=first)
+
+    def _launch(self, prepared: _Prepared) -> None:
+        """Hand every due job's tick to its shard's instant claim."""
+        for entry in prepared.due:
+            planned = entry.next
+            if planned is None:
+                continue
+            entry.after, entry.next = planned.tick, None
+            if entry.job.spec.suspend:
+                self._services.skip(entry.job, SkipReason.SUSPENDED, tick=planned.tick)
+        for (lease, instant), member in prepared.first.items():
+            self._claims.place_first(lease, instant, member)
+        for (ref, instant), catch_up in prepared.groups.items():
             self._spawn(
                 self._claims.instant(ref, instant, catch_up),
                 f"leasecron shard {ref.lease} {instant.isoformat()}",
             )
 
-    def _place(self, instant: datetime, due: Mapping[ShardRef, Iterable[str]]) -> None:
+    def _place(self, instant: datetime, due: Mapping[ShardRef, Iterable[str]]) -> dict[str, str]:
         """Which live member claims each shard due at `instant` first, so that the instant's
         runs spread evenly over the replicas (`balanced_first`, weighed by the jobs due per
         shard, the jobs whose handlers this replica lacks included)."""
@@ -135,10 +178,10 @@ class ShardTimer:
         weights: dict[str, int] = {}
         handlers: dict[str, set[str]] = {}
         for ref, names in due.items():
-            for name in names:
-                if name in entries:
-                    weights[ref.lease] = weights.get(ref.lease, 0) + 1
-                    handlers.setdefault(ref.lease, set()).add(entries[name].job.handler_name)
+            jobs = [entries[name].job for name in names if name in entries]
+            if jobs:
+                weights[ref.lease] = weights.get(ref.lease, 0) + len(jobs)
+                handlers.setdefault(ref.lease, set()).update(j.spec.handler or j.name for j in jobs)
         shards = self._group.state().shards
         for job in self._jobs.foreign.values():
             schedule = job.spec.parsed_schedule
@@ -153,6 +196,8 @@ class ShardTimer:
             for lease, needed in handlers.items()
         }
         claimed_here = {ref.lease for ref in due}
-        for lease, member in balanced_first(weights, able).items():
-            if lease in claimed_here:
-                self._claims.place_first(lease, instant, member)
+        return {
+            lease: member
+            for lease, member in balanced_first(weights, able).items()
+            if lease in claimed_here
+        }
