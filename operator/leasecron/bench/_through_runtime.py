@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import resource
 import time
@@ -194,6 +195,34 @@ async def _until_written(kube: Kube) -> None:
             return
 
 
+class GcPauses:
+    """The garbage collector's pauses in this process (all generations): count, total and
+    longest, in seconds; `since(t)` the longest that ended after wall time t."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, float, int]] = []  # (ended, seconds, generation)
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(
+                (time.time(), time.perf_counter() - self._started, info["generation"])
+            )
+
+    def figures(self, since: float) -> dict[str, float]:
+        after = [(s, g) for ended, s, g in self.pauses if ended >= since]
+        full = [s for s, g in after if g == 2]
+        return {
+            "gc_total_s": round(sum(s for s, _ in after), 3),
+            "gc_max_ms": round(1000 * max((s for s, _ in after), default=0.0), 1),
+            "gc_full": len(full),
+            "gc_full_max_ms": round(1000 * max(full, default=0.0), 1),
+        }
+
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -207,11 +236,15 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         kube=kube,
         identity=args.identity,
         grace_period=5.0,
-        tuning=Tuning(claim_step=args.claim_step),
+        # $LEASECRON_BENCH_TUNE_GC=0: the garbage collector as CPython sets it (for a before).
+        tuning=Tuning(
+            claim_step=args.claim_step, tune_gc=os.environ.get("LEASECRON_BENCH_TUNE_GC") != "0"
+        ),
         shards=args.shards,
     )
     epoch: float | None = None
     claims = ClaimWrites(kube)
+    pauses = GcPauses()
     ledger = _ledger(args)
 
     @scheduler.job(HANDLER)
@@ -242,7 +275,7 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         await _until(lambda: len(scheduler.jobs) >= expected, timeout=None)
         epoch = float(command["epoch"])
         io.emit(event="synced", t=time.time())
-        await _measure(args, io, kube, epoch, claims)
+        await _measure(args, io, kube, epoch, claims, pauses)
     ledger.close()
     await kube.close()
 
@@ -276,7 +309,12 @@ async def requests(args: argparse.Namespace, io: ReplicaIO) -> None:
 
 
 async def _measure(
-    args: argparse.Namespace, io: ReplicaIO, kube: Kube, epoch: float, claims: ClaimWrites
+    args: argparse.Namespace,
+    io: ReplicaIO,
+    kube: Kube,
+    epoch: float,
+    claims: ClaimWrites,
+    pauses: GcPauses,
 ) -> None:
     await asyncio.sleep(max(0.0, epoch - time.time()))
     writes, requests, cpu = kube.write_count, kube.request_count, _cpu_seconds()
@@ -306,6 +344,7 @@ async def _measure(
         rss_mb=rss_mb,
         cpu_s=cpu_s,
         at_rest=at_rest,
+        **pauses.figures(since=epoch - 1.0),
         standby_requests=0,
         standby_seconds=0.0,
         skips=_skips(),

@@ -336,6 +336,8 @@ def ticks_report(
             ),
             ("replica RSS max", show(figures["rss_mb_max"], " MB"), "<= 150 MB (1000 jobs)"),
             ("replica CPU s (mean)", show(figures["cpu_s_mean"], " s"), "-"),
+            ("longest GC pause from tick 0", show(figures["gc_max_ms"], " ms"), "-"),
+            ("GC time from tick 0 (max)", show(figures["gc_total_s_max"], " s"), "-"),
         ]
         rows += [
             (f"  {kind} per run", show(value), "-")
@@ -432,6 +434,11 @@ def _resources(done: list[Message], *, runs: int, ticks: int) -> dict[str, Any]:
         "lease_writes_per_tick": rounded(lease / ticks),
         "jobrun_writes_per_run": rounded(jobruns / runs if runs else math.nan),
         "rss_mb_max": rounded(max(rss), 1),
+        "gc_max_ms": max((float(m.data.get("gc_max_ms", 0.0)) for m in done), default=0.0),
+        "gc_full_max_ms": max(
+            (float(m.data.get("gc_full_max_ms", 0.0)) for m in done), default=0.0
+        ),
+        "gc_total_s_max": max((float(m.data.get("gc_total_s", 0.0)) for m in done), default=0.0),
         "cpu_s_mean": rounded(sum(cpu) / len(cpu), 2),
         "cpu_s_max": rounded(max(cpu), 2),
         "records_left": sum(float(m.data.get("record_backlog", 0)) for m in done),

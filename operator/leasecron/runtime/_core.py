@@ -29,6 +29,7 @@ from leasecron.kube.servertime import ServerTime
 from leasecron.kube.watches import Informer, backoff_delays
 from leasecron.models.clocks import Clock, OffsetClock, SystemClock
 from leasecron.models.shards import DEFAULT_SHARDS
+from leasecron.runtime._collector import GcTuner
 from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._jobs import JobTable
@@ -150,6 +151,13 @@ class Runtime:
             services, ticks=table.shard_ticks, jobs=job_lookup(jobs_informer, services)
         )
         unsubscribe_pickup = jobs_informer.subscribe(lambda _: pickup.resync())
+        collector = GcTuner(enabled=services.tuning.tune_gc)
+        collector.start()
+
+        def grown(_: object) -> None:
+            collector.jobs(table.known)
+
+        unsubscribe_freezer = jobs_informer.subscribe(grown)
         loop = asyncio.get_running_loop()
 
         def registered() -> None:
@@ -182,6 +190,8 @@ class Runtime:
             forget()
             unsubscribe()
             unsubscribe_pickup()
+            unsubscribe_freezer()
+            collector.stop()
             if self._background is not None:
                 self._background.cancel()
                 await asyncio.gather(self._background, return_exceptions=True)

@@ -122,6 +122,11 @@ class JobTable:
     def workers(self) -> dict[str, Worker]:
         return dict(self._workers)
 
+    @property
+    def known(self) -> int:
+        """How many of the group's ScheduledJobs this table knows (run here or not)."""
+        return len(self._desired)
+
     async def settled(self) -> None:
         """Wait until every change seen so far has been applied (for tests and probes)."""
         while pending := [t for t in self._converging.values() if not t.done()]:

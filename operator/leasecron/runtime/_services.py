@@ -68,6 +68,12 @@ class Tuning:
     shard_lease_s: int = 10
     """leaseDurationSeconds of a shard grant: renewed every third of it while runs under the
     shard go; a replica that dies or stops loses its shards after this long."""
+    tune_gc: bool = True
+    """While the Scheduler runs, raise the garbage collector's thresholds (unless the
+    application set its own) and freeze the heap out of its full collections as the jobs
+    held grow (`runtime._collector`): with the defaults its pauses grow with the jobs held
+    and the runs going on, on the event loop. Process-wide; False leaves the collector
+    alone."""
     store_time: bool = True
     """Read wall time as the API server's clock (estimated from its responses' Date
     headers, `kube.servertime`) instead of this host's: a replica whose clock runs ahead
