@@ -145,6 +145,8 @@ class Services:
     pacer: StartPacer = field(default_factory=StartPacer)
     """Lets the starts of a claimed plan through a slice of loop time at a time, so that the
     grant renewals behind a claim of thousands of runs keep their deadlines."""
+    _skip_counters: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+    """Per job and reason: its skips counter (a replica skips most jobs' ticks: N-1 of N)."""
 
     def context(
         self,
@@ -386,7 +388,12 @@ class Services:
 
     def skip(self, job: ScheduledJob, reason: str, *, tick: datetime | None = None) -> None:
         """A tick this replica does not run: normal (N-1 per tick); debug log and count."""
-        SKIPS.labels(self.namespace, job.name, reason).inc()
+        counter = self._skip_counters.get((job.name, reason))
+        if counter is None:
+            counter = self._skip_counters[(job.name, reason)] = SKIPS.labels(
+                self.namespace, job.name, reason
+            )
+        counter.inc()
         self.observer.skipped(
             job, namespace=self.namespace, holder=self.identity, reason=reason, tick=tick
         )
