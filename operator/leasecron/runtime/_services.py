@@ -54,6 +54,11 @@ class Tuning:
 
     claim_step: float = 0.1
     """Seconds each rank waits after the one before it to claim a tick (rank x step)."""
+    claim_step_per_job: float = 0.000025
+    """Added to `claim_step` per job due in the group at the instant (0.25 s more at 10,000
+    jobs): the claim writes of a large instant take longer to land at the API server, and a
+    rank that writes before the placed replica's claim has landed races it (the runs of the
+    instant then pile up on whoever wins most races)."""
     owner_step: float = 0.5
     """Seconds each rank waits before its first attempt to own a single-owner job."""
     member_duration_s: int = 15

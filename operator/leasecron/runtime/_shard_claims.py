@@ -73,15 +73,25 @@ class ShardClaims:
         self._runs = runs
         self._claiming: dict[str, asyncio.Future[None]] = {}
         """Per shard Lease: settled once this replica's claim of its latest instant is."""
-        self._first: dict[tuple[str, datetime], str] = {}
-        """Per shard Lease and instant due: the live member placed to claim it first."""
+        self._first: dict[tuple[str, datetime], tuple[str, int]] = {}
+        """Per shard Lease and instant due: the live member placed to claim it first, and how
+        many jobs of the group are due at the instant."""
         self._tokens: dict[str, int] = {}
         """Per job: the highest fencing token its ScheduledJob's status records (a token of
         another shard Lease, another group's, or a guard's): its next claim goes above it."""
 
-    def place_first(self, lease: str, instant: datetime, member: str) -> None:
-        """`member` claims `instant` of shard Lease `lease` first (`_shard_timer`)."""
-        self._first[(lease, instant)] = member
+    def place_first(self, lease: str, instant: datetime, member: str, *, jobs_due: int) -> None:
+        """`member` claims `instant` of shard Lease `lease` first (`_shard_timer`); `jobs_due`
+        of the group are due then."""
+        self._first[(lease, instant)] = (member, jobs_due)
+
+    def _step(self, lease: str, instant: datetime) -> float:
+        """Seconds between ranks for `instant` of `lease`: `claim_step`, and more for a large
+        instant (`claim_step_per_job` per job due in the group), whose claim writes take
+        longer to land: the next rank must not write before the placed member's claim has."""
+        tuning = self._services.tuning
+        jobs_due = self._first.get((lease, instant), ("", 0))[1]
+        return tuning.claim_step + tuning.claim_step_per_job * jobs_due
 
     def note_token(self, name: str, token: int) -> None:
         """The highest token on record for job `name` (its status.lastRun): a job keeps one
@@ -230,6 +240,7 @@ class ShardClaims:
             lock,
             instant,
             rank=rank,
+            step=self._step(ref.lease, instant),
             claim_deadline=None if catching else deadline,
             give_up=(self._services.clock.now() if catching else instant) + deadline,
             local_jobs=[e.job for e in due if _runs_locally(e.job)] if local else [],
@@ -256,7 +267,7 @@ class ShardClaims:
             key,
             services.identity,
             able or services.membership.members(),
-            first=self._first.get((ref.lease, instant)),
+            first=self._first.get((ref.lease, instant), (None, 0))[0],
         )
 
     async def adopt(self, ref: ShardRef, grant: Grant) -> None:
@@ -285,14 +296,16 @@ async def _claim_until(
     instant: datetime,
     *,
     rank: int,
+    step: float,
     claim_deadline: timedelta | None,
     give_up: datetime,
     local_jobs: list[ScheduledJob],
     above: int,
 ) -> Grant | _Outage | Skipped:
-    """The claim of `instant` on `lock` after this replica's stagger (`rank` claim steps, none
-    while it holds the shard), again after a retried skip until `give_up`: at once after
-    `exists` (once), after a live grant ends, else after a pause growing to 2 s. `_Outage`
+    """The claim of `instant` on `lock` after this replica's stagger (`rank` steps of `step`
+    seconds, none while it holds the shard), again after a retried skip until `give_up`: at
+    once after `exists` (once), after a live grant ends, else after a pause growing to 2 s.
+    `_Outage`
     when the store was out of reach for the RunLocally window of `local_jobs` and nothing
     says another replica has the instant."""
     clock, tuning = services.clock, services.tuning
@@ -303,7 +316,7 @@ async def _claim_until(
     outage_since: float | None = None
     lagged = False
     pause = tuning.claim_retry
-    stagger = 0.0 if lock.holding() else rank * tuning.claim_step
+    stagger = 0.0 if lock.holding() else rank * step
     result = await lock.try_claim(
         instant, stagger=stagger, starting_deadline=claim_deadline, above=above
     )
@@ -331,7 +344,7 @@ async def _claim_until(
                 wait = max(0.01, min(pause, window - (clock.monotonic() - outage_since)))
             await asyncio.sleep(wait)
             pause = min(pause * 2, 2.0)
-        stagger = 0.0 if lock.holding() else rank * tuning.claim_step
+        stagger = 0.0 if lock.holding() else rank * step
         result = await lock.try_claim(
             instant, stagger=stagger, starting_deadline=claim_deadline, above=above
         )

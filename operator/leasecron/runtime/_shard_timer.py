@@ -42,7 +42,8 @@ class _Prepared:
 
     due: list[JobEntry]
     groups: dict[tuple[ShardRef, datetime], dict[str, bool]]
-    first: dict[tuple[str, datetime], str]
+    first: dict[tuple[str, datetime], tuple[str, int]]
+    """Per shard Lease and instant: the member placed first, and the jobs due at the instant."""
 
 
 class ShardTimer:
@@ -147,9 +148,9 @@ class ShardTimer:
         for (ref, instant), names in groups.items():
             by_instant.setdefault(instant, {})[ref] = names
         first = {
-            (lease, instant): member
+            (lease, instant): placed
             for instant, due_then in by_instant.items()
-            for lease, member in self._place(instant, due_then).items()
+            for lease, placed in self._place(instant, due_then).items()
         }
         return _Prepared(due=due, groups=groups, first=first)
 
@@ -162,18 +163,21 @@ class ShardTimer:
             entry.after, entry.next = planned.tick, None
             if entry.job.spec.suspend:
                 self._services.skip(entry.job, SkipReason.SUSPENDED, tick=planned.tick)
-        for (lease, instant), member in prepared.first.items():
-            self._claims.place_first(lease, instant, member)
+        for (lease, instant), (member, jobs_due) in prepared.first.items():
+            self._claims.place_first(lease, instant, member, jobs_due=jobs_due)
         for (ref, instant), catch_up in prepared.groups.items():
             self._spawn(
                 self._claims.instant(ref, instant, catch_up),
                 f"leasecron shard {ref.lease} {instant.isoformat()}",
             )
 
-    def _place(self, instant: datetime, due: Mapping[ShardRef, Iterable[str]]) -> dict[str, str]:
+    def _place(
+        self, instant: datetime, due: Mapping[ShardRef, Iterable[str]]
+    ) -> dict[str, tuple[str, int]]:
         """Which live member claims each shard due at `instant` first, so that the instant's
         runs spread evenly over the replicas (`balanced_first`, weighed by the jobs due per
-        shard, the jobs whose handlers this replica lacks included)."""
+        shard, the jobs whose handlers this replica lacks included), with the jobs due in
+        the group at the instant."""
         services, entries = self._services, self._jobs.entries
         weights: dict[str, int] = {}
         handlers: dict[str, set[str]] = {}
@@ -195,9 +199,9 @@ class ShardTimer:
             lease: services.membership.members_with(needed, own=own) or members
             for lease, needed in handlers.items()
         }
-        claimed_here = {ref.lease for ref in due}
+        claimed_here, total = {ref.lease for ref in due}, sum(weights.values())
         return {
-            lease: member
+            lease: (member, total)
             for lease, member in balanced_first(weights, able).items()
             if lease in claimed_here
         }
