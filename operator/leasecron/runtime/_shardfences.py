@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import weakref
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
@@ -79,14 +78,19 @@ class _GrantWatch:
                 self._grant.watch(), name=f"leasecron grant watch {self._grant.name}"
             )
 
-    def leave(self) -> None:
+    def leave(self) -> bool:
+        """One run less; True when none is left (the watch is stopped)."""
         self._users -= 1
-        if self._users <= 0 and self._task is not None:
+        if self._users > 0:
+            return False
+        if self._task is not None:
             self._task.cancel()
             self._task = None
+        return True
 
 
-_WATCHES: weakref.WeakKeyDictionary[Grant, _GrantWatch] = weakref.WeakKeyDictionary()
+_WATCHES: dict[Grant, _GrantWatch] = {}
+"""The watches of the grants that have runs under them now (a grant leaves with its last run)."""
 
 
 def _watch_bound(fence: RunFence) -> Callable[[], None]:
@@ -128,6 +132,7 @@ def run_fence(
         yield fence
     finally:
         cancel()
-        watch.leave()
+        if watch.leave():
+            _WATCHES.pop(grant, None)
         unlink()
         fence.close()

@@ -101,3 +101,21 @@ def test_the_runs_under_one_grant_share_one_watchdog_task() -> None:
     during, after = asyncio.run(run())
 
     assert (during, after) == (1, 0)  # the last run out cancels it
+
+
+def test_a_grant_is_not_kept_once_its_last_run_is_over() -> None:
+    import gc
+    import weakref
+
+    from leasecron.runtime import _shardfences
+
+    async def run() -> weakref.ref[Grant]:
+        grant = _grant(30.0)
+        with run_fence(grant, _job(), clock=SYSTEM_CLOCK, link=_no_link):
+            await asyncio.sleep(0)
+        return weakref.ref(grant)
+
+    gone = asyncio.run(run())
+    gc.collect()
+
+    assert gone() is None and not _shardfences._WATCHES
