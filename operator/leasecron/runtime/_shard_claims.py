@@ -90,8 +90,13 @@ class ShardClaims:
         instant (`claim_step_per_job` per job due in the group), whose claim writes take
         longer to land: the next rank must not write before the placed member's claim has."""
         tuning = self._services.tuning
-        jobs_due = self._first.get((lease, instant), ("", 0))[1]
+        _, jobs_due = self._placed(lease, instant)
         return tuning.claim_step + tuning.claim_step_per_job * jobs_due
+
+    def _placed(self, lease: str, instant: datetime) -> tuple[str | None, int]:
+        """The member placed first for `instant` of `lease` and the jobs due then (None, 0
+        when the timer placed nothing: a request's or a catch-up's instant)."""
+        return self._first.get((lease, instant), (None, 0))
 
     def note_token(self, name: str, token: int) -> None:
         """The highest token on record for job `name` (its status.lastRun): a job keeps one
@@ -267,7 +272,7 @@ class ShardClaims:
             key,
             services.identity,
             able or services.membership.members(),
-            first=self._first.get((ref.lease, instant), (None, 0))[0],
+            first=self._placed(ref.lease, instant)[0],
         )
 
     async def adopt(self, ref: ShardRef, grant: Grant) -> None:
@@ -305,9 +310,8 @@ async def _claim_until(
     """The claim of `instant` on `lock` after this replica's stagger (`rank` steps of `step`
     seconds, none while it holds the shard), again after a retried skip until `give_up`: at
     once after `exists` (once), after a live grant ends, else after a pause growing to 2 s.
-    `_Outage`
-    when the store was out of reach for the RunLocally window of `local_jobs` and nothing
-    says another replica has the instant."""
+    `_Outage` when the store was out of reach for the RunLocally window of `local_jobs` and
+    nothing says another replica has the instant."""
     clock, tuning = services.clock, services.tuning
     window = min(
         [tuning.unguarded_after]
