@@ -98,7 +98,7 @@ def test_5_a_deleted_holder_pod_hands_its_job_over_before_its_grant_ends(
 def test_6_a_killed_holder_is_taken_over_once_its_grant_expired(
     cluster: scenarios.Cluster, installed: scenarios.RunLog
 ) -> None:
-    figures = scenarios.takeover_on_kill(cluster, cluster.kill_container)
+    figures = scenarios.takeover_on_kill(cluster, installed, cluster.kill_container)
     print(f"takeover after SIGKILL: {figures}")
 
 

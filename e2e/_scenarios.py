@@ -115,8 +115,12 @@ def parse_time(value: str) -> datetime:
 
 @dataclass
 class RunLog:
-    """Every JSON line the example app's pods print, followed from the moment each pod
-    runs until it ends (`kubectl logs -f` per pod), so the lines of deleted pods are kept."""
+    """Every JSON line the example app's pods print, followed from the moment each container
+    runs until it ends (`kubectl logs -f` per container instance), so the lines of deleted
+    pods are kept and a container restarted in its pod (a SIGKILL, an OOM kill) is followed
+    again. A stream that ends while its container still runs is opened again; lines already
+    read are not counted twice. Each line gets its `pod` and its `container` (the instance's
+    containerID)."""
 
     cluster: Cluster
     kubectl: Sequence[str]
@@ -124,6 +128,7 @@ class RunLog:
     selector: str = APP_SELECTOR
     lines: list[dict[str, Any]] = field(default_factory=list)
     _followed: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    _seen: set[tuple[str, str]] = field(default_factory=set)
     _readers: list[threading.Thread] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -151,31 +156,44 @@ class RunLog:
                 continue
             for pod in found:
                 name = pod["metadata"]["name"]
-                statuses = (pod.get("status") or {}).get("containerStatuses") or []
-                started = any("running" in (s.get("state") or {}) for s in statuses)
-                if name in self._followed or not started:
-                    continue
-                process = subprocess.Popen(
-                    [*self.kubectl, "logs", "-f", "-n", self.namespace, name],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    text=True,
-                )
-                self._followed[name] = process
-                reader = threading.Thread(target=self._read, args=(name, process), daemon=True)
-                reader.start()
-                self._readers.append(reader)
+                for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                    container = status.get("containerID") or ""
+                    if not container or "running" not in (status.get("state") or {}):
+                        continue
+                    following = self._followed.get(container)
+                    if following is not None and following.poll() is None:
+                        continue
+                    self._follow(name, status["name"], container)
 
-    def _read(self, pod: str, process: subprocess.Popen[str]) -> None:
+    def _follow(self, pod: str, name: str, container: str) -> None:
+        """`kubectl logs -f` of the pod's container. Should the container be replaced
+        between the listing and this call, the lines read are the new instance's under the
+        old one's ID; they are not counted again when the new instance is followed (`_seen`)."""
+        process = subprocess.Popen(
+            [*self.kubectl, "logs", "-f", "-n", self.namespace, pod, "-c", name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._followed[container] = process
+        reader = threading.Thread(target=self._read, args=(pod, container, process), daemon=True)
+        reader.start()
+        self._readers.append(reader)
+
+    def _read(self, pod: str, container: str, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            if line.startswith("{"):
-                try:
-                    event = json.loads(line)
-                except ValueError:
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with self._lock:
+                if (pod, line) in self._seen:
                     continue
-                with self._lock:
-                    self.lines.append({**event, "pod": pod})
+                self._seen.add((pod, line))
+                self.lines.append({**event, "pod": pod, "container": container})
 
     def runs(self, job: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -510,10 +528,11 @@ def handover_on_delete(cluster: Cluster) -> dict[str, float]:
     return {"handover_s": new.at - started, "grant_left_s": (expiry - new.acquire).total_seconds()}
 
 
-def takeover_on_kill(cluster: Cluster, kill: Any) -> dict[str, float]:
+def takeover_on_kill(cluster: Cluster, log: RunLog, kill: Any) -> dict[str, float]:
     """The holder's container killed with SIGKILL (`kill(container_id)`): it releases
     nothing, so another replica takes over once the grant expired, and within the Lease's
-    duration plus the replicas' retry period after that."""
+    duration plus the replicas' retry period after that. The kubelet restarts the container
+    in its pod, and the run log follows the new instance (the later tests judge its runs)."""
     (spec,) = single_owner_jobs()
     job = spec["metadata"]["name"]
     pod, seen = owner_pod(cluster, job)
@@ -527,6 +546,14 @@ def takeover_on_kill(cluster: Cluster, kill: Any) -> dict[str, float]:
     assert new.acquire >= expiry, f"{job}: two owners: acquired {new.acquire}, grant to {expiry}"
     late = (new.acquire - expiry).total_seconds()
     assert late <= last.duration, f"{job}: taken over {late:.1f} s after the grant expired"
+    poll(
+        lambda: any(
+            e["pod"] == name and e.get("event") == "ready" and e["ts"] > started
+            for e in list(log.lines)
+        ),
+        timeout=90,
+        what=f"the `ready` line of {name}'s restarted container in the run log",
+    )
     return {"takeover_s": new.at - started, "after_expiry_s": late}
 
 
@@ -537,18 +564,20 @@ def assert_one_owner_at_a_time(log: RunLog, job: str) -> int:
     """The single-owner job's terms, from the replicas' own lines (`term-started`,
     `term-ended`): none starts before the previous one ended, tokens only rise. The number
     of terms."""
-    last_line: dict[str, float] = {}
+    last_line: dict[str, float] = {}  # container instance -> its last line's time
     with log._lock:
         for line in log.lines:
-            if "replica" in line and "ts" in line:
-                last_line[line["replica"]] = max(last_line.get(line["replica"], 0.0), line["ts"])
+            if "ts" in line:
+                instance = line["container"]
+                last_line[instance] = max(last_line.get(instance, 0.0), line["ts"])
     terms: dict[tuple[str, int], list[float]] = {}
     for event in log.runs(job):
         key = (event["replica"], int(event["token"]))
         if event["outcome"] == "term-started":
             # A replica killed in its term printed no term-ended: its term ended, as far as
-            # its effects go, with the last line it printed.
-            terms[key] = [event["ts"], last_line.get(event["replica"], event["ts"])]
+            # its effects go, with the last line that container printed (a restarted
+            # container of the same pod is another instance).
+            terms[key] = [event["ts"], last_line.get(event["container"], event["ts"])]
         elif event["outcome"] == "term-ended" and key in terms:
             terms[key][1] = event["ts"]
     ordered = sorted(terms.items(), key=lambda item: item[1][0])
