@@ -6,6 +6,8 @@ The library is `leasecron/{models,kube,coordination,runtime}/` and the top-level
 the test, and so does an entry that is no longer an offender, so the list can only shrink.
 Entries are `<path under leasecron/>:<qualified name>`, e.g. `runtime/_shards.py:ShardTicks`
 or `runtime/_shards.py:ShardTicks._claim` (nested functions are named through their parents).
+And the one claim write is not specialised by subclassing: nothing in the library derives from
+`TickLock`.
 """
 
 from __future__ import annotations
@@ -83,3 +85,17 @@ def test_no_class_or_function_is_over_its_limit_unless_still_to_split() -> None:
 def test_every_entry_still_to_split_is_still_over_its_limit() -> None:
     gone = sorted(STILL_TO_SPLIT - set(all_offenders()))
     assert not gone, f"no longer over the shape rule: remove from STILL_TO_SPLIT: {gone}"
+
+
+def test_nothing_subclasses_the_claim_lock() -> None:
+    """Every kind of Lease is claimed by the one `TickLock` write; what a kind adds comes as
+    its `ClaimRules` (docs/design.md §5.4), never as a subclass overriding the lock's steps."""
+    subclasses = []
+    for path in library_modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
+                if "TickLock" in bases:
+                    subclasses.append(f"{path.relative_to(_ROOT).as_posix()}:{node.name}")
+    assert not subclasses, f"subclasses of TickLock (give it ClaimRules instead): {subclasses}"

@@ -21,17 +21,21 @@ not retry a failed claim: the next tick is the retry.
 `TickLock` is the claim write and the facade: the grants, their renew, release and
 keep-alive are its `GrantBook`'s (`_lock_grants`); the lost replies read back, the uncertain
 claims and the orphans adopted or freed are its `ClaimSettlement`'s (`_lock_settlement`).
+What a kind of Lease adds to the claim is its `ClaimRules`, given to the lock: `JobRules` (a
+job's own Lease, a guard's) by default, `shards.ShardRules` for a shard Lease. Nothing
+subclasses the lock; every kind of Lease is claimed by this one write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Unpack
+from typing import Any, Protocol, Unpack
 
 from leasecron._logs import get_logger
 from leasecron._metrics import SKIPS
@@ -46,7 +50,7 @@ from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import Claim, Skip, decide_claim, grant_live, lost_reason
 from leasecron.models.leases import LeaseRecord, parse_lease
 from leasecron.models.names import format_tick
-from leasecron.models.vocabulary import SkipReason
+from leasecron.models.vocabulary import Role, SkipReason
 
 SKIP_CONFLICT = SkipReason.CONFLICT
 SKIP_EXISTS = SkipReason.EXISTS
@@ -58,6 +62,68 @@ _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 
 OrphanHandler = Callable[[Grant], Awaitable[None]]
 """Takes over an adopted grant: run its tick, or release it."""
+
+Refusal = tuple[str, dict[str, Any]]
+"""A skip reason and the details logged with it."""
+
+
+class ClaimRules(Protocol):
+    """What a kind of Lease adds to the one claim (`TickLock`), asked at each of its steps.
+    Rules read what the lock shows them; only the lock writes the Lease."""
+
+    role: Role
+    """`leasecron.dev/role` of the Lease."""
+
+    def lost_reason(self, lock: TickLock, record: LeaseRecord | None, grant: Grant) -> str | None:
+        """Why `record` no longer shows `grant` (None: it still does)."""
+
+    def replaceable(self, lock: TickLock) -> set[int]:
+        """Tokens of the lock's live grants a new claim may replace."""
+
+    def takes(self, tick: datetime) -> bool:
+        """Whether `tick` is taken whatever the Lease records."""
+
+    def refusal(self, lock: TickLock, tick: datetime) -> Refusal | None:
+        """Why `tick` is not to be claimed on this Lease at all (None: decide on the Lease)."""
+
+    def claiming(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held from the decision until the claim's write is answered."""
+
+    async def token_floor(self, seen: Seen | None, floor: int) -> int:
+        """The lowest token the claim may take, given the job's `floor`."""
+
+    async def before_write(self, lock: TickLock, decision: Claim, tick: datetime) -> Refusal | None:
+        """Done before the claim's write; a refusal skips the write."""
+
+
+class JobRules:
+    """The rules of a job's own Lease (a guard's): a grant is ours while the Lease shows our
+    identity and token; a claim never replaces a live grant of ours (a job never overlaps
+    itself); only the Lease's recorded tick says a tick is taken."""
+
+    def __init__(self, role: Role = Role.JOB) -> None:
+        self.role = role
+
+    def lost_reason(self, lock: TickLock, record: LeaseRecord | None, grant: Grant) -> str | None:
+        return lost_reason(record, identity=lock.identity, token=grant.token)
+
+    def replaceable(self, lock: TickLock) -> set[int]:
+        return set()
+
+    def takes(self, tick: datetime) -> bool:
+        return False
+
+    def refusal(self, lock: TickLock, tick: datetime) -> Refusal | None:
+        return None
+
+    def claiming(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return contextlib.nullcontext()
+
+    async def token_floor(self, seen: Seen | None, floor: int) -> int:
+        return floor
+
+    async def before_write(self, lock: TickLock, decision: Claim, tick: datetime) -> Refusal | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -86,8 +152,11 @@ class TickLock(LeaseParty):
         job: str | None = None,
         on_orphan: OrphanHandler | None = None,
         request_timeout: float | None = None,
+        rules: ClaimRules | None = None,
         **party: Unpack[PartyOptions],
     ) -> None:
+        self.rules: ClaimRules = rules or JobRules()
+        self.role = self.rules.role
         super().__init__(kube, cache, **party)
         self.config = config
         self.job = job or self.name
@@ -131,41 +200,38 @@ class TickLock(LeaseParty):
 
     # --- what is ours ------------------------------------------------------------------------
 
-    def _record(self) -> LeaseRecord | None:
+    def record(self) -> LeaseRecord | None:
+        """The Lease's record as this process sees it (None: no Lease)."""
         seen = self.lease.observe()
         return seen.observation.record if seen is not None else None
+
+    @property
+    def grants(self) -> Mapping[int, Grant]:
+        """Token -> each grant this lock handed out and has not forgotten."""
+        return self._book.grants
 
     def _changed(self, obj: dict[str, Any] | None) -> None:
         """Every change of the Lease: grants it no longer shows are lost; an orphan of ours is
         taken care of at once."""
         record = self.lease.view.record_of(obj) if obj is not None else None
-        self._book.drop_lost(record, self._lost_reason)
+        self._book.drop_lost(record, functools.partial(self.rules.lost_reason, self))
         self._settlement.changed(record)
-
-    def _lost_reason(self, record: LeaseRecord | None, grant: Grant) -> str | None:
-        """Why `record` no longer shows `grant` (None: it still does)."""
-        return lost_reason(record, identity=self.identity, token=grant.token)
-
-    def _replaceable(self) -> set[int]:
-        """Tokens of our live grants a new claim may replace (none: a job never overlaps
-        itself)."""
-        return set()
 
     # --- claim ------------------------------------------------------------------------------
 
-    def _taken(self, tick: datetime) -> bool:
-        record = self._record()
-        return record is not None and record.tick is not None and record.tick >= tick
-
     def taken(self, tick: datetime) -> bool:
-        """Whether the Lease, as this process sees it, records `tick` or a later one."""
-        return self._taken(tick)
+        """Whether `tick` is taken as this process sees it: the Lease records it or a later
+        one (or the rules say so)."""
+        if self.rules.takes(tick):
+            return True
+        record = self.record()
+        return record is not None and record.tick is not None and record.tick >= tick
 
     async def wait_taken(self, tick: datetime, *, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait (on the watch-fed view, sending nothing) until the Lease records `tick` or a
         later one; False when `timeout` seconds pass first."""
         return await self.lease.view.wait_for(
-            self.namespace, self.name, lambda: self._taken(tick), timeout=timeout
+            self.namespace, self.name, lambda: self.taken(tick), timeout=timeout
         )
 
     def held_by_other(self) -> bool:
@@ -186,10 +252,10 @@ class TickLock(LeaseParty):
         """Whether what this process knows says another replica has `tick` or runs the job
         now: `tick` is taken (the Lease records it or a later one), or another holder's grant
         is live (`held_by_other`)."""
-        return self._taken(tick) or self.held_by_other()
+        return self.taken(tick) or self.held_by_other()
 
     def _skip(self, reason: str, tick: datetime, **details: Any) -> Skipped:
-        record = self._record()
+        record = self.record()
         holder = record.holder if record is not None else ""
         SKIPS.labels(job_namespace=self.namespace, scheduled_job=self.job, reason=reason).inc()
         self._log.debug(
@@ -226,8 +292,17 @@ class TickLock(LeaseParty):
         self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int
     ) -> Grant | Skipped:
         """The claim itself, after the stagger: decide on what the view shows, then write."""
+        refused = self.rules.refusal(self, tick)
+        if refused is not None:
+            return self._skip(refused[0], tick, **refused[1])
         if isinstance(starting_deadline, int | float):
             starting_deadline = timedelta(seconds=starting_deadline)
+        async with self.rules.claiming():
+            return await self._decide_and_write(tick, starting_deadline, above)
+
+    async def _decide_and_write(
+        self, tick: datetime, starting_deadline: timedelta | None, above: int
+    ) -> Grant | Skipped:
         seen = self.lease.observe()
         try:
             floor = max(await self._token_floor(seen), above)
@@ -240,7 +315,7 @@ class TickLock(LeaseParty):
             starting_deadline=starting_deadline,
             known=self._book.known(),
             floor=floor,
-            own=self._replaceable(),
+            own=self.rules.replaceable(self),
         )
         if isinstance(decision, Skip):
             return self._skip(decision.reason, tick)
@@ -251,9 +326,15 @@ class TickLock(LeaseParty):
             await self._settlement.settle(sending)
             raise
 
+    async def _token_floor(self, seen: Seen | None) -> int:
+        return await self.rules.token_floor(seen, await super()._token_floor(seen))
+
     async def _send_claim(
         self, decision: Claim, seen: Seen | None, tick: datetime
     ) -> Grant | Skipped:
+        refused = await self.rules.before_write(self, decision, tick)
+        if refused is not None:
+            return self._skip(refused[0], tick, **refused[1])
         sent = self._clock.monotonic()
         replaced = seen.observation.record.tick if seen is not None else None
         created = seen.observation.record.created if seen is not None else None

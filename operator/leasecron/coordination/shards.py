@@ -1,10 +1,11 @@
 """`ShardLock`: the claim of one instant of one shard of a group's jobs (docs/design.md §5.3-§5.5).
 
-A shard Lease is a `TickLock` Lease whose recorded tick is the last instant claimed for the
-shard: one conditional write claims instant T for every job of the shard due at T, and its
-token (leaseTransitions) is the fencing token of all of those runs. Everything the per-job
-lock promises holds for it: one write per claim, lost replies read back, orphans adopted or
-freed, token floors when the Lease is created again, a recorded tick that only grows.
+A shard Lease is claimed by a `TickLock` under `ShardRules`; its recorded tick is the last
+instant claimed for the shard: one conditional write claims instant T for every job of the
+shard due at T, and its token (leaseTransitions) is the fencing token of all of those runs.
+Everything the per-job lock promises holds for it: one write per claim, lost replies read back,
+orphans adopted or freed, token floors when the Lease is created again, a recorded tick that
+only grows.
 
 What differs is how long a grant lives. The holder keeps the shard while any run of any of
 its instants goes (`use()`): one keep-alive renews the newest grant every leaseDuration / 3
@@ -31,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Unpack
 
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
@@ -40,12 +41,13 @@ from leasecron.coordination.locks import (
     SKIP_ERROR,
     SKIP_UNAVAILABLE,
     OrphanHandler,
-    Skipped,
+    Refusal,
     TickLock,
 )
 from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseStoreLike, PartyOptions
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError, Unavailable
+from leasecron.models.clocks import SYSTEM_CLOCK
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live
 from leasecron.models.groups import GroupRecordError, retired
@@ -72,11 +74,86 @@ def shard_config(lease_duration_s: int = DEFAULT_SHARD_LEASE_S) -> LockConfig:
     return LockConfig(at_most_for=lease_duration_s, at_least_for=0, keep_alive=True)
 
 
-class ShardLock(TickLock):
-    """Claims of the instants of one shard, by one replica, and the holding of the shard
-    while runs under those claims go."""
+class ShardRules:
+    """The claim rules of a shard Lease (`locks.ClaimRules`): a grant stays ours while the
+    Lease shows this identity, the holder may claim over its own live grants, and with the
+    group's record an instant at or before its floor tick is taken, a retired Lease or one of
+    another count is never claimed, and a claim's token is reserved under the group's ceiling
+    first. `mutex` is held from a claim's decision until its write is answered; the holding
+    renews under it too, so a renewal never races this replica's own claim."""
 
     role = ROLE_SHARD
+
+    def __init__(self, group: GroupRecord | None) -> None:
+        self.group = group
+        self.mutex = asyncio.Lock()
+
+    def lost_reason(self, lock: TickLock, record: LeaseRecord | None, grant: Grant) -> str | None:
+        """Ours while the Lease shows this identity (identities are unique per process
+        incarnation): at a later token that is our own claim of a later instant, at an earlier
+        one a watch event older than our write. Lost once it shows anyone else."""
+        if record is None:
+            return "the Lease was deleted"
+        if record.holder != lock.identity:
+            return f"the Lease is held by {record.holder or 'nobody'} now"
+        return None
+
+    def replaceable(self, lock: TickLock) -> set[int]:
+        return {token for token, grant in lock.grants.items() if grant.held}
+
+    def takes(self, tick: datetime) -> bool:
+        return self.group is not None and self.group.state.takes(tick)
+
+    def refusal(self, lock: TickLock, tick: datetime) -> Refusal | None:
+        """Never on a retired shard Lease, never an instant at or before the floor tick."""
+        if lease_retired(lock):
+            return SKIP_RETIRED, {}
+        if self.takes(tick):
+            return SKIP_TAKEN, {"floor_tick": True}
+        return None
+
+    def claiming(self) -> asyncio.Lock:
+        return self.mutex
+
+    async def token_floor(self, seen: Seen | None, floor: int) -> int:
+        """A shard Lease is created with a token above the group's ceiling, read from the
+        store (the watch may lag a raise by another replica)."""
+        if seen is None and self.group is not None:
+            state = await self.group.refresh()
+            floor = max(floor, state.first_token - 1)
+        return floor
+
+    async def before_write(self, lock: TickLock, decision: Claim, tick: datetime) -> Refusal | None:
+        """No shard Lease carries a token above the group's ceiling: raise it first."""
+        group = self.group
+        if group is None:
+            return None
+        try:
+            await group.reserve(decision.token)
+        except GroupRecordError as e:
+            return SKIP_GROUP_UNREADABLE, {"error": str(e)}
+        except (Unavailable, TimeoutError) as e:
+            return SKIP_UNAVAILABLE, {"error": repr(e)}
+        except KubeError as e:
+            lock._log.warning("raising the token ceiling failed", error=repr(e))
+            return SKIP_ERROR, {"error": repr(e)}
+        index = lock.lease.labels.get(LABEL_SHARD, "")
+        if group.lease.observe() is None or not index.isdigit():
+            return None  # the record is not known: the reservation creates it with this count
+        if lock.name != shard_lease_name(group.group, int(index), shards=group.state.shards):
+            return SKIP_OTHER_COUNT, {"shards": group.state.shards}
+        return None
+
+
+def lease_retired(lock: TickLock) -> bool:
+    """Whether the lock's Lease says its shard count was replaced."""
+    seen = lock.lease.observe()
+    return seen is not None and retired(lease_annotations(seen.obj))
+
+
+class ShardLock:
+    """One replica's hold on one shard Lease: the claims of its instants (a `TickLock` under
+    `ShardRules`, `claims`) and the holding of the shard while runs under them go."""
 
     def __init__(
         self,
@@ -90,93 +167,32 @@ class ShardLock(TickLock):
         **party: Unpack[PartyOptions],
     ) -> None:
         self.group = group
-        super().__init__(
+        self.rules = ShardRules(group)
+        self.claims = claims = TickLock(
             kube,
             cache,
             config=config or shard_config(),
             request_timeout=request_timeout,
             on_orphan=on_orphan,
+            rules=self.rules,
             **party,
         )
+        self.lease, self.config, self.name = claims.lease, claims.config, claims.name
+        self.namespace, self.identity = claims.namespace, claims.identity
+        self.try_claim, self.wait_taken = claims.try_claim, claims.wait_taken
+        self.taken = claims.taken
+        self.held_by_other, self.taken_by_other = claims.held_by_other, claims.taken_by_other
+        self.renew, self.release, self.keep_alive = claims.renew, claims.release, claims.keep_alive
+        self._clock = party.get("clock", SYSTEM_CLOCK)
         self._uses: dict[int, int] = {}
         """Token -> runs (or instants being planned) under that grant."""
-        self._mutex = asyncio.Lock()
         self._idle = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self._highest_used = 0
 
-    # --- TickLock hooks -----------------------------------------------------------------------
-
-    def _lost_reason(self, record: LeaseRecord | None, grant: Grant) -> str | None:
-        """A grant stays ours while the Lease shows this identity (identities are unique per
-        process incarnation): at a later token that is our own claim of a later instant, at
-        an earlier one a watch event older than our write. Lost once it shows anyone else."""
-        if record is None:
-            return "the Lease was deleted"
-        if record.holder != self.identity:
-            return f"the Lease is held by {record.holder or 'nobody'} now"
-        return None
-
-    def _replaceable(self) -> set[int]:
-        return {token for token, grant in self._book.grants.items() if grant.held}
-
-    async def _claim_now(
-        self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int
-    ) -> Grant | Skipped:
-        """Never on a retired shard Lease, never an instant at or before the group's floor
-        tick, and never while a release of this shard by this replica is in flight."""
-        if self.retired():
-            return self._skip(SKIP_RETIRED, tick)
-        if self.group is not None and self.group.state.takes(tick):
-            return self._skip(SKIP_TAKEN, tick, floor_tick=True)
-        async with self._mutex:
-            return await super()._claim_now(tick, starting_deadline=starting_deadline, above=above)
-
     def retired(self) -> bool:
         """Whether the shard Lease says its shard count was replaced."""
-        seen = self.lease.observe()
-        return seen is not None and retired(lease_annotations(seen.obj))
-
-    def _taken(self, tick: datetime) -> bool:
-        if self.group is not None and self.group.state.takes(tick):
-            return True
-        return super()._taken(tick)
-
-    async def _token_floor(self, seen: Seen | None) -> int:
-        """A shard Lease is created with a token above the group's ceiling, read from the
-        store (the watch may lag a raise by another replica)."""
-        floor = await super()._token_floor(seen)
-        if seen is None and self.group is not None:
-            state = await self.group.refresh()
-            floor = max(floor, state.first_token - 1)
-        return floor
-
-    async def _send_claim(
-        self, decision: Claim, seen: Seen | None, tick: datetime
-    ) -> Grant | Skipped:
-        """No shard Lease carries a token above the group's ceiling: raise it first."""
-        if self.group is not None:
-            try:
-                await self.group.reserve(decision.token)
-            except GroupRecordError as e:
-                return self._skip(SKIP_GROUP_UNREADABLE, tick, error=str(e))
-            except (Unavailable, TimeoutError) as e:
-                return self._skip(SKIP_UNAVAILABLE, tick, error=repr(e))
-            except KubeError as e:
-                self._log.warning("raising the token ceiling failed", error=repr(e))
-                return self._skip(SKIP_ERROR, tick, error=repr(e))
-            if not self._of_recorded_count():
-                return self._skip(SKIP_OTHER_COUNT, tick, shards=self.group.state.shards)
-        return await super()._send_claim(decision, seen, tick)
-
-    def _of_recorded_count(self) -> bool:
-        """Whether this shard Lease is of the count the group record says (True while the
-        record is not known: the first claim's reservation creates it with this count)."""
-        group = self.group
-        index = self.lease.labels.get(LABEL_SHARD, "")
-        if group is None or group.lease.observe() is None or not index.isdigit():
-            return True
-        return self.name == shard_lease_name(group.group, int(index), shards=group.state.shards)
+        return lease_retired(self.claims)
 
     async def wait_free(self, *, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait (on the watched Lease, sending nothing) until no other party's grant on it is
@@ -200,8 +216,8 @@ class ShardLock(TickLock):
     def holding(self) -> bool:
         """Whether the Lease shows a live grant of ours: then only this replica can claim the
         shard's next instant, so it need not wait its turn."""
-        record = self._record()
-        return record is not None and record.transitions in self._replaceable()
+        record = self.claims.record()
+        return record is not None and record.transitions in self.rules.replaceable(self.claims)
 
     async def wait_claimable(self, tick: datetime, *, timeout: float) -> bool:  # noqa: ASYNC109
         """After a `live_grant` skip: wait until instant `tick` is taken (False), or the grant
@@ -212,7 +228,7 @@ class ShardLock(TickLock):
 
         def settled() -> bool:
             seen = self.lease.observe()
-            if self._taken(tick) or seen is None:
+            if self.taken(tick) or seen is None:
                 return True
             return not grant_live(
                 seen.observation,
@@ -228,7 +244,7 @@ class ShardLock(TickLock):
                 until = min(end, expiry + 0.01)
             wait = max(0.01, until - clock.monotonic())
             if await self.lease.view.wait_for(self.namespace, self.name, settled, timeout=wait):
-                return not self._taken(tick)
+                return not self.taken(tick)
         return False
 
     # --- holding ------------------------------------------------------------------------------
@@ -257,7 +273,8 @@ class ShardLock(TickLock):
                 self._idle.set()
 
     def _in_use(self) -> list[Grant]:
-        return [self._book.grants[t] for t in sorted(self._uses) if t in self._book.grants]
+        grants = self.claims.grants
+        return [grants[t] for t in sorted(self._uses) if t in grants]
 
     async def _holding_loop(self) -> None:
         """Renew the newest grant every leaseDuration / 3 while any use goes, extending every
@@ -293,7 +310,7 @@ class ShardLock(TickLock):
             grants = self._in_use()
             if not grants:
                 break
-            async with self._mutex:  # never racing our own claim of the next instant
+            async with self.rules.mutex:  # never racing our own claim of the next instant
                 newest = self._renewable()
                 if newest is None:
                     not_before = self._clock.monotonic() + retry
@@ -309,21 +326,22 @@ class ShardLock(TickLock):
     def _renewable(self) -> Grant | None:
         """The grant the Lease shows now, when it is one of ours this lock knows; None while
         our claim of a later instant is on its way (its reply not processed yet)."""
-        record = self._record()
+        record = self.claims.record()
         if record is None:
             return max(self._in_use(), key=lambda g: g.token, default=None)
-        return self._book.grants.get(record.transitions)
+        return self.claims.grants.get(record.transitions)
 
     async def _release_all(self) -> None:
         """Nothing runs under any grant of ours: free the Lease (the newest grant's release
         writes; older ones were replaced by it and write nothing)."""
-        async with self._mutex:
+        async with self.rules.mutex:
             if self._uses:
                 return  # a new use started meanwhile; its keeper releases later
-            for token in sorted(self._book.grants):  # older ones first: they write nothing
+            grants = self.claims.grants
+            for token in sorted(grants):  # older ones first: they write nothing
                 if token > self._highest_used:
                     continue  # claimed just now; its user has not entered `use` yet
-                grant = self._book.grants.get(token)
+                grant = grants.get(token)
                 if grant is not None and not grant.released:
                     await self.release(grant)
 
@@ -338,7 +356,7 @@ class ShardLock(TickLock):
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-        await super().close()
+        await self.claims.close()
 
 
 def shard_labels(group: str, index: int) -> dict[str, str]:
