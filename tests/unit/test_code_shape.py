@@ -6,8 +6,8 @@ The library is `leasecron/{models,kube,coordination,runtime}/` and the top-level
 the test, and so does an entry that is no longer an offender, so the list can only shrink.
 Entries are `<path under leasecron/>:<qualified name>`, e.g. `runtime/_shards.py:ShardTicks`
 or `runtime/_shards.py:ShardTicks._claim` (nested functions are named through their parents).
-And the one claim write is not specialised by subclassing: nothing in the library derives from
-`TickLock`.
+And two rules of one path: the one claim write is not specialised by subclassing (nothing in
+the library derives from `TickLock`), and ticks are planned by one timer.
 """
 
 from __future__ import annotations
@@ -99,3 +99,15 @@ def test_nothing_subclasses_the_claim_lock() -> None:
                 if "TickLock" in bases:
                     subclasses.append(f"{path.relative_to(_ROOT).as_posix()}:{node.name}")
     assert not subclasses, f"subclasses of TickLock (give it ClaimRules instead): {subclasses}"
+
+
+def test_the_runtime_plans_ticks_in_one_timer() -> None:
+    """One tick timer for every scheduled job (docs/design.md §5.3): `_planning.next_tick` is
+    called from `runtime/_shard_timer.py` alone, not by a second loop beside it."""
+    callers = set()
+    for path in library_modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "next_tick":
+                callers.add(path.relative_to(_ROOT).as_posix())
+    assert callers == {"runtime/_shard_timer.py"}, callers

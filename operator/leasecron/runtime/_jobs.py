@@ -1,14 +1,15 @@
 """`JobTable`: the ScheduledJobs of this replica's group, each with its worker.
 
-Fed by the informer on the namespace's ScheduledJobs, it keeps the jobs whose `spec.group`
-is this replica's group and reacts live: a new job gets a worker, an update re-plans it (or
+Fed by the informer on the namespace's ScheduledJobs, it keeps the jobs whose `spec.group` is
+this replica's group and reacts live: a new job gets a worker, an update re-plans it (or
 replaces the worker when its bucket, handler, election timings or uid changed), a delete or
 suspended single-owner job stops it (cancelling a running single-owner handler). Every
 once-per-tick job goes to the one claim engine (`_shards.ShardTicks`), whatever its lock
-settings. Changes of one job are applied one at a time, in order; different jobs do not wait
-for each other. Invalid specs are logged once per generation with the field-naming message
-and skipped; a job whose handler is not registered here is logged once at info and ignored.
-Neither stops the other jobs.
+settings, and so does every every-replica job (its timer and run path, no claim). Changes of
+one job are applied one at a time, in order; different jobs do not wait for each other. Invalid
+specs are logged once per generation with the field-naming message and skipped; a job whose
+handler is not registered here is logged once at info and ignored. Neither stops the other
+jobs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._owner import OwnerWorker
 from leasecron.runtime._services import Services
 from leasecron.runtime._shards import ShardTicks
-from leasecron.runtime._ticks import EveryReplicaDispatch, TickWorker
 
 _log = get_logger("leasecron.runtime.jobs")
 
@@ -71,8 +71,8 @@ def created_at(obj: dict[str, Any]) -> datetime:
 
 
 class ShardedWorker:
-    """The JobTable's worker for a once-per-tick job: its ticks go through the shared
-    ShardTicks."""
+    """The JobTable's worker for a scheduled job (once-per-tick or every-replica): its ticks
+    go through the shared ShardTicks' one timer and run path."""
 
     def __init__(self, ticks: ShardTicks, job: ScheduledJob, *, created: datetime) -> None:
         self._ticks, self._job, self._created = ticks, job, created
@@ -277,8 +277,6 @@ class JobTable:
     def _new_worker(self, job: ScheduledJob, created: datetime) -> Worker:
         services = self._services
         prepare_job(services.namespace, job.name, job.spec.bucket.value)
-        if sharded(job):
-            return ShardedWorker(self.shard_ticks, job, created=created)
         if job.spec.bucket is Bucket.SINGLE_OWNER:
             return OwnerWorker(services, job)
-        return TickWorker(services, job, created=created, dispatch=EveryReplicaDispatch(services))
+        return ShardedWorker(self.shard_ticks, job, created=created)

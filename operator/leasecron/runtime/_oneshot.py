@@ -24,11 +24,9 @@ from leasecron.models.specs import Bucket, Outcome, ScheduledJob
 from leasecron.runtime._core import Runtime
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._owner import OwnerWorker
-from leasecron.runtime._planning import NextTick
 from leasecron.runtime._records import RunOutcome
-from leasecron.runtime._services import Services
+from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._shards import ShardTicks
-from leasecron.runtime._ticks import EveryReplicaDispatch, TickOrder
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,7 @@ async def _run(
         await _one_term(services, job, recorded)
         return
     if job.spec.bucket is Bucket.EVERY_REPLICA:
-        order = TickOrder(job, NextTick(tick, catch_up=True), not_before=tick)
-        await EveryReplicaDispatch(services)(order, RunControl())
+        await services.run_tick(job, tick, RunControl(), fence=None, record=RecordMode.NONE)
         return
     ticks = ShardTicks(services, shards=services.shards)
     try:

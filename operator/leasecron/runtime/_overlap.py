@@ -107,3 +107,21 @@ class Overlapping:
         """The ones still going."""
         self._runs = [r for r in self._runs if going(r)]
         return list(self._runs)
+
+
+async def stop_run(
+    running: tuple[asyncio.Task[None], RunControl] | None, *, reason: StopReason, grace: float
+) -> None:
+    """Stop one dispatch's run: at shutdown it may first finish within 80 % of the grace
+    period; then it is asked to stop (the rest of the grace period) and finally cancelled."""
+    if running is None or running[0].done():
+        return
+    task, control = running
+    if reason is StopReason.STOPPING:
+        await asyncio.wait([task], timeout=grace * 0.8)
+        grace *= 0.2
+    control.request_stop(reason, grace=grace)
+    await asyncio.wait([task], timeout=grace + 5.0)
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -49,10 +49,10 @@ from leasecron.models.handover import Handover, next_retry
 from leasecron.models.requests import REQUEST_SELECTOR, Request, pickup_patch, read_request
 from leasecron.models.specs import Bucket, JobRun, JobRunSpec, ScheduledJob, SpecError
 from leasecron.runtime._invoke import RunControl, StopReason
+from leasecron.runtime._overlap import stop_run
 from leasecron.runtime._services import RecordMode, Services, Taken
 from leasecron.runtime._shardfences import RunFence, run_fence
 from leasecron.runtime._shards import ShardTicks
-from leasecron.runtime._ticks import stop_run
 
 _log = get_logger("leasecron.runtime.requests")
 PICKUP_STEP = 0.5

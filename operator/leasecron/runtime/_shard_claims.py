@@ -32,7 +32,7 @@ from leasecron.models.decisions import SKIP_DEADLINE, SKIP_LIVE_GRANT, SKIP_TAKE
 from leasecron.models.shards import ShardRef, shard_key
 from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
 from leasecron.models.vocabulary import SkipReason
-from leasecron.runtime._services import Services
+from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
 from leasecron.runtime._shard_leases import ShardLocks
@@ -196,7 +196,7 @@ class ShardClaims:
             result = await self._claim(lock, ref, instant, due, catch_up, local=True)
             if isinstance(result, _Outage):
                 local = [e for e in due if _runs_locally(e.job)]
-                runs = [self._runs.run_unguarded(e, instant) for e in local]
+                runs = [self._runs.run_here(e, instant, record=RecordMode.UNGUARDED) for e in local]
                 rest = [e for e in due if not _runs_locally(e.job)]
                 claim = asyncio.ensure_future(
                     self._claim(lock, ref, instant, rest, catch_up, local=False)

@@ -1,7 +1,9 @@
-"""The claim engine's jobs (`_shards.ShardTicks`): `JobEntry`, one per once-per-tick job run
-here (its next tick, its runs, the shard Lease it was placed on), and `ShardJobs`, the table
-of them with the group's jobs whose handlers this replica lacks (foreign jobs: not run here,
-but they weigh on the placement of an instant and decide who may claim it).
+"""The claim engine's jobs (`_shards.ShardTicks`): `JobEntry`, one per scheduled job run here
+(its next tick, its runs, and for a once-per-tick job the shard Lease it was placed on), and
+`ShardJobs`, the table of them: the once-per-tick ones (`entries`), the every-replica ones
+(`local`: the same timer and run path, no claim), and the group's once-per-tick jobs whose
+handlers this replica lacks (foreign jobs: not run here, but they weigh on the placement of
+an instant and decide who may claim it).
 
 Which shard Lease claims a job's ticks is a stable hash of its name over the group's shard
 count; every question that depends on the count takes it as a value (the group record's,
@@ -18,12 +20,11 @@ from datetime import datetime
 
 from leasecron.models.groups import shard_ref
 from leasecron.models.shards import ShardRef, due_at
-from leasecron.models.specs import ScheduledJob
+from leasecron.models.specs import Bucket, ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._overlap import Overlapping
+from leasecron.runtime._overlap import Overlapping, stop_run
 from leasecron.runtime._planning import NextTick
 from leasecron.runtime._services import Services
-from leasecron.runtime._ticks import stop_run
 
 _UNGUARDED_MEMORY = 1000
 """Ticks run unguarded that a job remembers (to leave them out of catch-up)."""
@@ -52,12 +53,14 @@ class JobEntry:
 
 
 class ShardJobs:
-    """The once-per-tick jobs of the group this replica knows: run here (`entries`) or not
-    (`foreign`)."""
+    """The scheduled jobs of the group this replica knows: once-per-tick ones run here
+    (`entries`) or not (`foreign`), and every-replica ones (`local`)."""
 
     def __init__(self, services: Services) -> None:
         self._services = services
         self.entries: dict[str, JobEntry] = {}
+        self.local: dict[str, JobEntry] = {}
+        """The every-replica jobs: timed with the others, run here without a claim."""
         self.foreign: dict[str, ScheduledJob] = {}
         self._foreign_placed: dict[str, tuple[int, ShardRef]] = {}
         """Per foreign job: the shard count and the shard Lease it was placed on last."""
@@ -69,12 +72,17 @@ class ShardJobs:
             return self.placed(entry, shards)
         return shard_ref(self._services.group, name, shards=shards)
 
+    def timed(self) -> list[JobEntry]:
+        """Every job whose ticks the timer plans: once-per-tick and every-replica."""
+        return [*self.entries.values(), *self.local.values()]
+
     def add(self, job: ScheduledJob, *, created: datetime) -> None:
-        self.entries[job.name] = JobEntry(job=job, after=created, not_before=created)
+        table = self.local if job.spec.bucket is Bucket.EVERY_REPLICA else self.entries
+        table[job.name] = JobEntry(job=job, after=created, not_before=created)
 
     def update(self, job: ScheduledJob) -> bool:
         """The job's new spec; False when it is not run here."""
-        entry = self.entries.get(job.name)
+        entry = self.entries.get(job.name) or self.local.get(job.name)
         if entry is None:
             return False
         if entry.job.spec.suspend and not job.spec.suspend:
@@ -83,14 +91,14 @@ class ShardJobs:
         return True
 
     async def remove(self, name: str, reason: StopReason) -> None:
-        entry = self.entries.pop(name, None)
+        entry = self.entries.pop(name, None) or self.local.pop(name, None)
         if entry is not None:
             entry.stopped = True
             await self._stop_running(entry, reason)
 
     async def close(self, reason: StopReason) -> None:
         """Forget every job and stop its runs."""
-        entries, self.entries = list(self.entries.values()), {}
+        entries, self.entries, self.local = self.timed(), {}, {}
         await asyncio.gather(*(self._stop_running(e, reason) for e in entries))
 
     async def _stop_running(self, entry: JobEntry, reason: StopReason) -> None:

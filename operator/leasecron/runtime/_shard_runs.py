@@ -6,7 +6,8 @@ atLeastFor. A claim that replaced no instant plans from the last instant known c
 job (`_first_claim_marks`). Each job's plan goes through the one run-a-tick path
 (`Services.run_plan`) under a `RunFence` of the grant, after its earlier runs here, or under
 a retired shard Lease elsewhere, made way for per its concurrencyPolicy (`_previous_done`).
-`run_unguarded` runs a RunLocally job's tick without a grant while the store is out of reach.
+`run_here` runs a tick without a grant: every tick of an every-replica job (no record), and a
+RunLocally job's tick while the store is out of reach (recorded unguarded).
 
 It claims nothing: `_shard_claims` hands it the grants.
 """
@@ -22,7 +23,7 @@ from leasecron.coordination import Grant
 from leasecron.coordination.shards import ShardLock
 from leasecron.kube.errors import KubeError
 from leasecron.models.shards import ShardRef
-from leasecron.models.specs import ConcurrencyPolicy, ScheduledJob
+from leasecron.models.specs import Bucket, ConcurrencyPolicy, ScheduledJob
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._invoke import RunControl
 from leasecron.runtime._overlap import MISSED_OVERLAP, make_way
@@ -208,7 +209,8 @@ class ShardRuns:
         may = await make_way(
             runs, job=entry.job, tick=instant, grace=grace, wait=left.total_seconds()
         )
-        if may and entry.job.spec.concurrency_policy is not ConcurrencyPolicy.ALLOW:
+        claimed = entry.job.spec.bucket is Bucket.ONCE_PER_TICK
+        if may and claimed and entry.job.spec.concurrency_policy is not ConcurrencyPolicy.ALLOW:
             elsewhere = self._retired.elsewhere(entry.job)
             if elsewhere is not None:
                 left = instant + entry.job.spec.starting_deadline - self._services.clock.now()
@@ -217,16 +219,24 @@ class ShardRuns:
                 may = free or replace
         return entry.earlier.turn(instant) and may
 
-    async def run_unguarded(self, entry: JobEntry, instant: datetime) -> None:
-        """A RunLocally job's tick while the store is out of reach: run here, unguarded."""
+    async def run_here(self, entry: JobEntry, instant: datetime, *, record: RecordMode) -> None:
+        """Tick `instant` of the job run here without a grant, by the same rules as a claimed
+        one (its jitter, its startingDeadline, its concurrencyPolicy against its runs here):
+        an every-replica job's (`RecordMode.NONE`), or a RunLocally job's while the store is
+        out of reach (`RecordMode.UNGUARDED`)."""
         services, job = self._services, entry.job
-        if services.clock.now() > instant + job.spec.starting_deadline or entry.stopped:
+        if record is RecordMode.NONE:
+            await asyncio.sleep(jitter_delay(job.name, instant, job.spec.jitter))
+        if entry.stopped:
+            return
+        if services.clock.now() > instant + job.spec.starting_deadline:
             services.skip(job, SkipReason.DEADLINE, tick=instant)
             return
         if not await self._previous_done(entry, instant):
             services.skip(job, SkipReason.OVERLAP, tick=instant)
             return
-        entry.remember_unguarded(instant)
+        if record is RecordMode.UNGUARDED:
+            entry.remember_unguarded(instant)
         control = RunControl()
 
         async def run() -> None:
@@ -235,13 +245,11 @@ class ShardRuns:
                 instant,
                 control,
                 fence=None,
-                record=RecordMode.UNGUARDED,
+                record=record,
                 start_by=instant + job.spec.starting_deadline,
             )
 
-        task = asyncio.get_running_loop().create_task(
-            run(), name=f"leasecron unguarded run {job.name}"
-        )
+        task = asyncio.get_running_loop().create_task(run(), name=f"leasecron run {job.name}")
         entry.earlier.keep(entry.running)
         entry.running = (task, control)
         await asyncio.gather(task, return_exceptions=True)

@@ -1,12 +1,13 @@
-"""The claim engine's one timer (`_shards.ShardTicks`, docs/design.md §5.3 step 1):
-`ShardTimer` sleeps until the soonest tick of any job run here (jobs on one schedule share one
-tick computation), takes every job due then, groups them by shard Lease and instant, places
-the member that claims each shard first (`balanced_first`, so that an instant's runs spread
-evenly over the replicas) and hands each shard instant to its claim (`_shard_claims`) in a
-task of its own. The grouping and placement are prepared up to `_PREPARE_S` before the
-instant (again if the jobs change meanwhile): work that grows with the jobs due is not done
-between the instant and its claims, where a replica slower than the others at it would lose
-the claims it was placed to make. A suspended job's tick is skipped here.
+"""The runtime's one tick timer (`_shards.ShardTicks`, docs/design.md §5.3 step 1): `ShardTimer`
+sleeps until the soonest tick of any scheduled job run here (jobs on one schedule share one
+tick computation), takes every job due then, groups the once-per-tick ones by shard Lease and
+instant, places the member that claims each shard first (`balanced_first`, so that an instant's
+runs spread evenly over the replicas) and hands each shard instant to its claim
+(`_shard_claims`) in a task of its own. An every-replica job's tick goes to the same run path
+without a claim (`ShardRuns.run_here`). The grouping and placement are prepared up to
+`_PREPARE_S` before the instant (again if the jobs change meanwhile): work that grows with the
+jobs due is not done between the instant and its claims, where a replica slower than the others
+at it would lose the claims it was placed to make. A suspended job's tick is skipped here.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from typing import Any
 
 from leasecron.models.decisions import balanced_first
 from leasecron.models.shards import ShardRef, due_at
+from leasecron.models.specs import Bucket, CatchUpPolicy, ScheduledJob
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._planning import NextTick, next_tick
-from leasecron.runtime._services import Services
+from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._shard_claims import ShardClaims
 from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
+from leasecron.runtime._shard_runs import ShardRuns
 
 _MAX_SLEEP = 30.0
 _PREPARE_S = 1.0
@@ -47,7 +50,7 @@ class _Prepared:
 
 
 class ShardTimer:
-    """The timer of every once-per-tick job this replica runs."""
+    """The timer of every scheduled job this replica runs (once-per-tick, every-replica)."""
 
     def __init__(
         self,
@@ -55,6 +58,7 @@ class ShardTimer:
         jobs: ShardJobs,
         group: ShardGroup,
         claims: ShardClaims,
+        runs: ShardRuns,
         *,
         spawn: Spawn,
     ) -> None:
@@ -62,6 +66,7 @@ class ShardTimer:
         self._jobs = jobs
         self._group = group
         self._claims = claims
+        self._runs = runs
         self._spawn = spawn
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -90,7 +95,7 @@ class ShardTimer:
             now=self._services.clock.now(),
             after=entry.after,
             starting_deadline=spec.starting_deadline,
-            catch_up=spec.catch_up.policy,
+            catch_up=_catch_up(entry.job),
         )
 
     async def _loop(self) -> None:
@@ -98,16 +103,17 @@ class ShardTimer:
         while True:
             self._changed.clear()
             plans: dict[tuple[object, ...], NextTick | None] = {}
-            for entry in self._jobs.entries.values():
+            timed = self._jobs.timed()
+            for entry in timed:
                 if entry.next is None:
                     # Jobs on the same schedule (all the hourly ones) share one computation.
                     spec = entry.job.spec
                     key: tuple[object, ...] = (spec.schedule, spec.time_zone, entry.after)
-                    key += (spec.starting_deadline, spec.catch_up.policy)
+                    key += (spec.starting_deadline, _catch_up(entry.job))
                     if key not in plans:
                         plans[key] = self._plan(entry)
                     entry.next = plans[key]
-            planned = [e for e in self._jobs.entries.values() if e.next is not None]
+            planned = [e for e in timed if e.next is not None]
             if not planned:
                 await self._changed.wait()
                 continue
@@ -141,7 +147,7 @@ class ShardTimer:
         shards = self._group.state().shards
         for entry in due:
             assert entry.next is not None
-            if not entry.job.spec.suspend:
+            if not entry.job.spec.suspend and entry.job.spec.bucket is Bucket.ONCE_PER_TICK:
                 ref = self._jobs.placed(entry, shards)
                 groups.setdefault((ref, entry.next.tick), {})[entry.job.name] = entry.next.catch_up
         by_instant: dict[datetime, dict[ShardRef, Iterable[str]]] = {}
@@ -163,6 +169,11 @@ class ShardTimer:
             entry.after, entry.next = planned.tick, None
             if entry.job.spec.suspend:
                 self._services.skip(entry.job, SkipReason.SUSPENDED, tick=planned.tick)
+            elif entry.job.spec.bucket is Bucket.EVERY_REPLICA:
+                self._spawn(
+                    self._runs.run_here(entry, planned.tick, record=RecordMode.NONE),
+                    f"leasecron tick {entry.job.name} {planned.tick.isoformat()}",
+                )
         for (lease, instant), (member, jobs_due) in prepared.first.items():
             self._claims.place_first(lease, instant, member, jobs_due=jobs_due)
         for (ref, instant), catch_up in prepared.groups.items():
@@ -205,3 +216,10 @@ class ShardTimer:
             for lease, member in balanced_first(weights, able).items()
             if lease in claimed_here
         }
+
+
+def _catch_up(job: ScheduledJob) -> CatchUpPolicy:
+    """An every-replica job has no shared record of missed ticks: it never catches up."""
+    if job.spec.bucket is Bucket.EVERY_REPLICA:
+        return CatchUpPolicy.NONE
+    return job.spec.catch_up.policy

@@ -1,6 +1,8 @@
 """`ShardTicks`: the claim engine of every once-per-tick job of this replica's group
 (docs/design.md, "The claim engine"), with one timer for all of them and one conditional
-write per shard and instant.
+write per shard and instant. Every-replica jobs share its timer and run path without a claim
+(no Lease, no record): their ticks go from the timer straight to `ShardRuns.run_here`, under
+the same jitter, startingDeadline and concurrencyPolicy rules.
 
 1. One loop sleeps until the soonest tick of any job (jobs on one schedule share one tick
    computation), takes every job due then and groups them by shard: a stable hash of the
@@ -34,16 +36,18 @@ its collaborators', each owning one concern and given the `Services` and only th
 collaborators it uses (the job table takes the group's shard count as a value, read by its
 caller from the group record):
 
-- `_shard_timer.ShardTimer`: the one timer and the placement of each instant (1);
+- `_shard_timer.ShardTimer`: the one timer (every-replica jobs' too) and the placement of
+  each instant (1);
 - `_shard_claims.ShardClaims`: claiming a shard instant, retried, adopted, or a run
   request's (2, 5, 6);
-- `_shard_runs.ShardRuns`: what a grant runs and how long it is held (3, 4, and the unguarded
-  runs of 6);
-- `_shard_jobs.ShardJobs`: the jobs, run here or foreign, and the shard Lease of each;
+- `_shard_runs.ShardRuns`: what a grant runs and how long it is held (3, 4), and the runs
+  without a grant (every-replica ticks, the unguarded runs of 6);
+- `_shard_jobs.ShardJobs`: the jobs, run here (claimed or every-replica) or foreign, and the
+  shard Lease of each;
 - `_shard_group.ShardGroup`: the group record; `_shard_leases`: a `ShardLock` per shard
   Lease, and the retired ones another replica still holds.
 
-It does not run every-replica or single-owner jobs (`_ticks`, `_owner`).
+It does not run single-owner jobs (`_owner`).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ from leasecron.runtime._shard_timer import ShardTimer
 
 
 class ShardTicks:
-    """The once-per-tick jobs of one running Scheduler."""
+    """The scheduled jobs (once-per-tick, every-replica) of one running Scheduler."""
 
     def __init__(self, services: Services, *, shards: int) -> None:
         self._services = services
@@ -83,7 +87,9 @@ class ShardTicks:
         retired = RetiredShards(services, self._locks)
         self._runs = ShardRuns(services, self._jobs, self._group, retired)
         self._claims = ShardClaims(services, self._jobs, self._group, self._locks, self._runs)
-        self._timer = ShardTimer(services, self._jobs, self._group, self._claims, spawn=self._spawn)
+        self._timer = ShardTimer(
+            services, self._jobs, self._group, self._claims, self._runs, spawn=self._spawn
+        )
         self._instants: set[asyncio.Task[None]] = set()
 
     # --- the group record -------------------------------------------------------------------
