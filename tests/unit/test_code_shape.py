@@ -111,3 +111,22 @@ def test_the_runtime_plans_ticks_in_one_timer() -> None:
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "next_tick":
                 callers.add(path.relative_to(_ROOT).as_posix())
     assert callers == {"runtime/_shard_timer.py"}, callers
+
+
+def test_the_claim_engine_claims_in_one_loop() -> None:
+    """Scheduled instants, catch-up, `run_once`, run requests and handed-over retries are
+    claimed by one loop around the claim write (`_shard_claims._claim_until`); a guard's one
+    attempt per call is the other caller of `try_claim` (docs/design.md §5.4, §5.15)."""
+    callers = set()
+    for path in sorted((_ROOT / "runtime").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for name, node in _definitions(tree, ""):
+            calls = (n for n in ast.walk(node) if isinstance(n, ast.Call))
+            if any(ast.unparse(c.func).endswith(".try_claim") for c in calls):
+                callers.add(f"{path.relative_to(_ROOT).as_posix()}:{name}")
+    # A function's callers include its enclosing definitions: keep the innermost.
+    innermost = {c for c in callers if not any(o.startswith(c + ".") for o in callers)}
+    assert innermost == {
+        "runtime/_shard_claims.py:_attempt",
+        "runtime/_guard_engine.py:Engine._claim",
+    }, innermost

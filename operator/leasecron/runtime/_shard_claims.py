@@ -14,6 +14,7 @@ What a grant runs is `_shard_runs.ShardRuns`'.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -134,30 +135,43 @@ class ShardClaims:
         runs under the grant beside the shard's jobs it overtook."""
         ref = self._jobs.ref_of(job.name, self._group.state().shards)
         lock, clock = self._locks.get(ref), self._services.clock
-        while True:
-            instant = clock.now()
-            pending = self._unclaimed_due(ref, lock, instant)
-            above = self._above([job.name])
-            if pending is not None:
-                # A shard-mate's tick is due and nobody claimed it yet: a claim of `instant`
-                # would take it from the replica due to run it. Wait until it is claimed, or
-                # past its startingDeadline (then it is missed whoever claims next).
+
+        tries = 0
+
+        async def now_when_free() -> datetime | Skipped:
+            """Now, once no shard-mate's due tick is left unclaimed: a claim of now would
+            take it from the replica due to run it. Waits until it is claimed, or past its
+            startingDeadline (then it is missed whoever claims next). A claim tried again
+            gives up at `give_up` or once the request is no longer wanted."""
+            nonlocal tries
+            tries += 1
+            while True:
+                instant = clock.now()
+                if tries > 1 and (instant >= give_up or not wanted()):
+                    return Skipped(SKIP_DEADLINE)
+                pending = self._unclaimed_due(ref, lock, instant)
+                if pending is None:
+                    return instant
                 left = (min(give_up, pending[1]) - instant).total_seconds()
                 if left <= 0 or not wanted():
                     return Skipped(SKIP_DEADLINE)
                 await lock.wait_taken(pending[0], timeout=left)
-                continue
-            result = await lock.try_claim(instant, above=above)
-            if isinstance(result, Grant):
-                await self._runs.hold_and_run(lock, ref, result, [], {}, also=body)
-                return result
-            left = (give_up - clock.now()).total_seconds()
-            if left <= 0 or not wanted() or result.reason not in (*_RETRIED, SKIP_TAKEN):
-                return result
-            if result.reason == SKIP_LIVE_GRANT:
-                await lock.wait_claimable(instant, timeout=min(left, 1.0))
-            else:  # taken: an instant of ours or another's at or after `now`; a new one
-                await asyncio.sleep(min(left, self._services.tuning.claim_retry))
+
+        result = await _claim_until(
+            self._services,
+            lock,
+            now_when_free,
+            rank=0,
+            step=0.0,
+            claim_deadline=None,
+            give_up=give_up,
+            local_jobs=[],
+            above=self._above([job.name]),
+        )
+        if isinstance(result, Grant):
+            await self._runs.hold_and_run(lock, ref, result, [], {}, also=body)
+        assert not isinstance(result, _Outage)  # no RunLocally jobs: never an outage
+        return result
 
     def _unclaimed_due(
         self, ref: ShardRef, lock: ShardLock, now: datetime
@@ -295,10 +309,14 @@ class ShardClaims:
         await self._runs.hold_and_run(lock, ref, grant, due, {})
 
 
+Moving = Callable[[], Awaitable[datetime | Skipped]]
+"""The instant a run request's claim tries next (now, when it may), or why it gives up."""
+
+
 async def _claim_until(
     services: Services,
     lock: ShardLock,
-    instant: datetime,
+    instant: datetime | Moving,
     *,
     rank: int,
     step: float,
@@ -307,12 +325,16 @@ async def _claim_until(
     local_jobs: list[ScheduledJob],
     above: int,
 ) -> Grant | _Outage | Skipped:
-    """The claim of `instant` on `lock` after this replica's stagger (`rank` steps of `step`
-    seconds, none while it holds the shard), again after a retried skip until `give_up`: at
-    once after `exists` (once), after a live grant ends, else after a pause growing to 2 s.
-    `_Outage` when the store was out of reach for the RunLocally window of `local_jobs` and
-    nothing says another replica has the instant."""
+    """The one loop around the claim write: the claim of `instant` on `lock` after this
+    replica's stagger (`rank` steps of `step` seconds, none while it holds the shard), again
+    after a retried skip until `give_up`: at once after `exists` (once), after a live grant
+    ends, else after a pause growing to 2 s. `_Outage` when the store was out of reach for the
+    RunLocally window of `local_jobs` and nothing says another replica has the instant. A
+    `Moving` instant (a run request's) is asked again for each attempt, and a `taken` skip
+    is retried with it."""
     clock, tuning = services.clock, services.tuning
+    fixed = isinstance(instant, datetime)
+    retried = _RETRIED if fixed else (*_RETRIED, SKIP_TAKEN)
     window = min(
         [tuning.unguarded_after]
         + [j.spec.starting_deadline.total_seconds() / 2 for j in local_jobs]
@@ -320,16 +342,16 @@ async def _claim_until(
     outage_since: float | None = None
     lagged = False
     pause = tuning.claim_retry
-    stagger = 0.0 if lock.holding() else rank * step
-    result = await lock.try_claim(
-        instant, stagger=stagger, starting_deadline=claim_deadline, above=above
+    attempt = functools.partial(
+        _attempt, lock, instant, rank=rank, step=step, claim_deadline=claim_deadline, above=above
     )
-    while isinstance(result, Skipped) and result.reason in _RETRIED:
+    tick, result = await attempt(clock.now())
+    while isinstance(result, Skipped) and result.reason in retried:
         left = (give_up - clock.now()).total_seconds()
         if result.unreachable:
             outage_since = clock.monotonic() if outage_since is None else outage_since
             out_for = clock.monotonic() - outage_since
-            if local_jobs and out_for >= window and not lock.taken_by_other(instant):
+            if local_jobs and out_for >= window and not lock.taken_by_other(tick):
                 return _Outage()
         else:
             outage_since = None
@@ -340,7 +362,8 @@ async def _claim_until(
         elif result.reason == SKIP_LIVE_GRANT:
             # The holder of the previous instant takes this one too, normally; if it
             # cannot (it died, or lost a race), the shard is free or expires first.
-            if not await lock.wait_claimable(instant, timeout=left):
+            claimable = await lock.wait_claimable(tick, timeout=left if fixed else min(left, 1))
+            if not claimable and fixed:
                 return result
         else:
             wait = pause
@@ -348,11 +371,33 @@ async def _claim_until(
                 wait = max(0.01, min(pause, window - (clock.monotonic() - outage_since)))
             await asyncio.sleep(wait)
             pause = min(pause * 2, 2.0)
-        stagger = 0.0 if lock.holding() else rank * step
-        result = await lock.try_claim(
-            instant, stagger=stagger, starting_deadline=claim_deadline, above=above
-        )
+        tick, result = await attempt(tick)
     return result
+
+
+async def _attempt(
+    lock: ShardLock,
+    instant: datetime | Moving,
+    tick: datetime,
+    *,
+    rank: int,
+    step: float,
+    claim_deadline: timedelta | None,
+    above: int,
+) -> tuple[datetime, Grant | Skipped]:
+    """One claim of `_claim_until`: the instant tried (`tick` until a `Moving` one moves) and
+    what the claim write gave."""
+    if not isinstance(instant, datetime):
+        moved = await instant()
+        if isinstance(moved, Skipped):
+            return tick, moved
+        tick = moved
+    else:
+        tick = instant
+    stagger = 0.0 if lock.holding() else rank * step
+    return tick, await lock.try_claim(
+        tick, stagger=stagger, starting_deadline=claim_deadline, above=above
+    )
 
 
 def _runs_locally(job: ScheduledJob) -> bool:
