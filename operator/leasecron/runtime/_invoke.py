@@ -135,7 +135,7 @@ class HandlerRun:
 
     async def wait(self, within: float | None = None) -> HandlerEnd | None:
         """The end of the call, or None when `within` seconds pass first."""
-        task = self._require_task()
+        task = self.task
         done, _ = await asyncio.wait([task], timeout=within)
         return task.result() if done else None
 
@@ -145,13 +145,15 @@ class HandlerRun:
         end = await self.wait(grace)
         if end is not None:
             return end
-        task = self._require_task()
+        task = self.task
         task.cancel()
         await asyncio.wait([task], timeout=1.0)
         self.ctx.logger.warning("handler did not stop within the grace period", grace=grace)
         return HandlerEnd(error=None, interrupted=True, abandoned=True, duration=self._elapsed())
 
-    def _require_task(self) -> asyncio.Task[HandlerEnd]:
+    @property
+    def task(self) -> asyncio.Task[HandlerEnd]:
+        """The call's task (after `start()`)."""
         if self._task is None:
             raise RuntimeError("HandlerRun.start() was not called")
         return self._task
@@ -220,19 +222,29 @@ class RunControl:
         self.grace = 0.0
         self.note = ""
         """What the stop is about, for the run's message ("after 30s", "by tick T")."""
-        self._stop = asyncio.Event()
+        self._stopped: asyncio.Future[None] | None = None
+        """Resolved by the stop request; made by the first waiter (none on most runs)."""
         self._attempts: weakref.WeakSet[RunControl] | None = None
         """Made on the first `attempt()`: one per run start otherwise, on the start path."""
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        return self.reason is not None
+
+    def _stop_requested(self) -> asyncio.Future[None]:
+        """A future resolved when a stop is requested (a plain future: no task per run)."""
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+            if self.stopping:
+                self._stopped.set_result(None)
+        return self._stopped
 
     def request_stop(self, reason: StopReason, *, grace: float, note: str = "") -> None:
         """Ask for a stop; the first reason wins."""
-        if not self._stop.is_set():
+        if self.reason is None:
             self.reason, self.grace, self.note = reason, grace, note
-            self._stop.set()
+            if self._stopped is not None and not self._stopped.done():
+                self._stopped.set_result(None)
             for attempt in list(self._attempts or ()):
                 attempt.request_stop(reason, grace=grace, note=note)
 
@@ -249,8 +261,8 @@ class RunControl:
 
     async def wait_stopped(self, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to `timeout` seconds for a stop request; True when there is one."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), timeout)
+        if not self.stopping:
+            await asyncio.wait([self._stop_requested()], timeout=timeout)
         return self.stopping
 
     async def run(
@@ -263,21 +275,16 @@ class RunControl:
         """Start `call` and wait for its end, stopping it when a stop is requested, or once
         it ran `limit.seconds` (reason TIMED_OUT, then `limit.grace` seconds to stop)."""
         call.start(observe_lag=observe_lag)
-        ended = asyncio.ensure_future(call.wait())
-        stop = asyncio.ensure_future(self._stop.wait())
+        ended = call.task
         seconds = limit.seconds if limit is not None else None
         try:
-            await asyncio.wait([ended, stop], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            waiters: list[asyncio.Future[Any]] = [ended, self._stop_requested()]
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
             if ended.done():
-                end = ended.result()
-                assert end is not None
-                return end
-            if not stop.done() and limit is not None:
+                return ended.result()
+            if not self.stopping and limit is not None:
                 self.request_stop(StopReason.TIMED_OUT, grace=limit.grace, note=limit.note)
             return await call.stop(grace=self.grace)
         except asyncio.CancelledError:
             call.interrupt()
             raise
-        finally:
-            for waiter in (ended, stop):
-                waiter.cancel()
