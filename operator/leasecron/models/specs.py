@@ -13,10 +13,11 @@ Field names are the user-facing camelCase names on the wire and snake_case in Py
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -348,8 +349,44 @@ def validate_resource(obj: Mapping[str, Any]) -> ScheduledJob:
         namespace=metadata.get("namespace") or None,
         uid=metadata.get("uid") or None,
         generation=metadata.get("generation"),
-        spec=spec,
+        spec=_shared_spec(spec),
     )
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+_SHARED: weakref.WeakValueDictionary[tuple[object, ...], BaseModel] = (
+    weakref.WeakValueDictionary()
+)
+"""Each distinct spec, and spec part, that a live job holds, by its type and values."""
+_PARTS = ("lock", "election", "catch_up", "retry", "history")
+
+
+def _shared(model: _Model) -> tuple[_Model, bool]:
+    """An equal model validated before while one is alive (models are frozen, so one copy
+    serves every job: 10,000 jobs with default specs hold one spec), or `model` itself, now
+    the one shared; whether it was found."""
+    key = (type(model), *model.__dict__.values())
+    try:
+        found = _SHARED.get(key)
+        if found is None:
+            _SHARED[key] = model
+    except TypeError:  # a value that cannot be hashed: not shared
+        return model, False
+    return (model, False) if found is None else (found, True)  # type: ignore[return-value]
+
+
+def _shared_spec(spec: ScheduledJobSpec) -> ScheduledJobSpec:
+    """`spec`, or an equal one a live job holds; a new spec holds the shared copies of its
+    parts (lock, election, catchUp, retry, history)."""
+    key = (type(spec), *spec.__dict__.values())
+    try:
+        found = _SHARED.get(key)
+    except TypeError:
+        return spec
+    if found is not None:
+        return found  # type: ignore[return-value]
+    parts = {name: _shared(getattr(spec, name))[0] for name in _PARTS}
+    return _shared(spec.model_copy(update=parts))[0]
 
 
 def _removed_fields(spec_data: object) -> tuple[list[FieldProblem], object]:
