@@ -14,6 +14,7 @@ import pytest
 from kubernetes.client import ApiClient
 
 from leasecron.kube.clients import Kube
+from leasecron.kube.jobruns import ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
 from leasecron.testing import free_port
@@ -140,6 +141,39 @@ def test_a_label_selector_keeps_other_objects_out_of_the_cache(
             await informer.stop()
 
     assert run(scenario) == ["mine"]
+
+
+def test_the_scheduledjob_informer_keeps_no_managed_fields_and_the_rest_of_each_job(
+    kube_api: ApiClient, namespace: str, leasecron_crds: list[str]
+) -> None:
+    """The API server writes managedFields on every object; the replicas' ScheduledJob cache
+    drops them (the larger part of a small job's object) and keeps all else, events too."""
+
+    async def scenario() -> None:
+        kube = Kube(kube_api, max_workers=4)
+        store = ScheduledJobStore(kube)
+        body = {
+            "apiVersion": "leasecron.dev/v1alpha1",
+            "kind": "ScheduledJob",
+            "metadata": {"name": "report"},
+            "spec": {"bucket": "once-per-tick", "schedule": "* * * * *"},
+        }
+        made = await store.create(namespace=namespace, body=body)
+        assert made["metadata"].get("managedFields")
+        informer = store.informer(namespace=namespace)
+        events: list[WatchEvent] = []
+        informer.subscribe(events.append)
+        await informer.start()
+        try:
+            cached = informer.get(namespace, "report")
+            assert cached is not None and "managedFields" not in cached["metadata"]
+            assert cached["spec"] == made["spec"]
+            assert cached["metadata"]["uid"] == made["metadata"]["uid"]
+            assert all("managedFields" not in e.obj.get("metadata", {}) for e in events)
+        finally:
+            await informer.stop()
+
+    run(scenario)
 
 
 def test_a_failing_subscriber_does_not_stop_the_informer(

@@ -57,12 +57,27 @@ class WatchEvent:
     observed_at: float
 
 
-class ObjectCache:
-    """Objects by (namespace, name), when each current version was first seen, subscribers."""
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""What a cache keeps of each object it is given (client-go's informer transform)."""
 
-    def __init__(self, *, path: str, clock: Clock) -> None:
+
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without metadata.managedFields: a cache of objects never written back whole
+    (PUT) need not hold the field managers' bookkeeping, often the larger part of an object."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return obj
+
+
+class ObjectCache:
+    """Objects by (namespace, name), when each current version was first seen, subscribers.
+    With `transform`, what it keeps (and tells subscribers) of each object is the transform's."""
+
+    def __init__(self, *, path: str, clock: Clock, transform: Transform | None = None) -> None:
         self.path = path
         self._clock = clock
+        self._transform = transform
         self._objects: dict[Key, dict[str, Any]] = {}
         self._observed: dict[Key, float] = {}
         self._subscribers: list[Callable[[WatchEvent], None]] = []
@@ -95,6 +110,8 @@ class ObjectCache:
         return await wait_until(predicate, lambda: self._waiters, timeout=timeout)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        if self._transform is not None:
+            obj = self._transform(obj)
         key = object_key(obj)
         now = self._clock.monotonic()
         if kind == _diffs.DELETED:

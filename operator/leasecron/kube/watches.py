@@ -33,7 +33,7 @@ from leasecron._logs import get_logger
 from leasecron._metrics import WATCH_EVENTS
 from leasecron.kube import _diffs
 from leasecron.kube import _freshness as fresh
-from leasecron.kube._caches import ObjectCache, WatchEvent, wait_until
+from leasecron.kube._caches import ObjectCache, Transform, WatchEvent, wait_until
 from leasecron.kube._diffs import resource_version
 from leasecron.kube._paths import describe
 from leasecron.kube.clients import Kube, WatchStream
@@ -147,8 +147,9 @@ class Informer(ObjectCache):
         field_selector: str | None = None,
         clock: Clock = SYSTEM_CLOCK,
         max_quiet: float = fresh.DEFAULT_MAX_QUIET,
+        transform: Transform | None = None,
     ) -> None:
-        super().__init__(path=path, clock=clock)
+        super().__init__(path=path, clock=clock, transform=transform)
         self._kube = kube
         self._selectors = {
             k: v

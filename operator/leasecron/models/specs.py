@@ -354,9 +354,7 @@ def validate_resource(obj: Mapping[str, Any]) -> ScheduledJob:
 
 
 _Model = TypeVar("_Model", bound=BaseModel)
-_SHARED: weakref.WeakValueDictionary[tuple[object, ...], BaseModel] = (
-    weakref.WeakValueDictionary()
-)
+_SHARED: weakref.WeakValueDictionary[tuple[object, ...], BaseModel] = weakref.WeakValueDictionary()
 """Each distinct spec, and spec part, that a live job holds, by its type and values."""
 _PARTS = ("lock", "election", "catch_up", "retry", "history")
 
