@@ -128,6 +128,42 @@ def test_three_threaded_replicas_firing_the_same_ticks_run_each_body_once_with_r
     assert [r.tick for r in rounds[0]] == [current[0]] * REPLICAS
 
 
+def test_the_replica_that_ran_the_previous_tick_claims_the_next_without_its_stagger(
+    kubes: list[Kube], namespace: str
+) -> None:
+    """With a long stagger (10 s), the first tick waits for the luckiest replica's random turn;
+    from then on the replica that claimed the previous tick claims the next at once, and the
+    others, seeing it taken, write nothing."""
+    current: list[datetime] = []
+
+    def make(index: int) -> Callable[[], GuardResult[str]]:
+        @guard(
+            "send-reminders",
+            tick=lambda: current[-1],
+            namespace=namespace,
+            kube=kubes[index],
+            identity=f"replica-{index}",
+            stagger="10s",
+            starting_deadline="60s",
+        )
+        def send_reminders() -> str:
+            return current_run().holder
+
+        return send_reminders
+
+    replicas = [make(i) for i in range(REPLICAS)]
+    rounds, seconds = [], []
+    for tick in recent_ticks(6):
+        current.append(tick)
+        started = time.monotonic()
+        rounds.append(fire_together(list(replicas)))
+        seconds.append(time.monotonic() - started)
+    assert_one_body_per_tick(rounds)
+    holders = [next(r.holder for r in results if r.ran) for results in rounds]
+    assert holders[1:] == [holders[0]] * 5, holders
+    assert max(seconds[1:]) < 2.0, seconds
+
+
 def test_a_replica_whose_trigger_fires_after_the_tick_ran_skips_it_as_taken(
     kubes: list[Kube], namespace: str
 ) -> None:

@@ -185,6 +185,8 @@ class TickLock(LeaseParty):
         )
         """Claims whose reply was lost, and grants of ours that nothing runs under."""
         self._unwatch = self.lease.view.watch(self.namespace, self.name, self._changed)
+        self.last_claimed: datetime | None = None
+        """The tick of this lock's last claim that got its grant."""
 
     @property
     def on_orphan(self) -> OrphanHandler | None:
@@ -321,10 +323,19 @@ class TickLock(LeaseParty):
             return self._skip(decision.reason, tick)
         sending = asyncio.ensure_future(self._send_claim(decision, seen, tick))
         try:
-            return await asyncio.shield(sending)
+            result = await asyncio.shield(sending)
         except asyncio.CancelledError:
             await self._settlement.settle(sending)
             raise
+        if isinstance(result, Grant):
+            self.last_claimed = tick
+        return result
+
+    def claimed_last(self) -> bool:
+        """Whether the tick the Lease records is one this lock claimed: the replica that ran
+        the previous tick, which may claim the next without waiting its turn."""
+        record = self.record()
+        return record is not None and record.tick is not None and record.tick == self.last_claimed
 
     async def _token_floor(self, seen: Seen | None) -> int:
         return await self.rules.token_floor(seen, await super()._token_floor(seen))

@@ -186,7 +186,10 @@ class Engine:
         # 3. The claim: one conditional write at most, on the guard's short Lease.
         lease = lease_config(config, s.lease_duration)
         lock = self.runtime.tick_lock(kube, cache, settings=s, config=lease, clock=self.clock)
-        stagger = random.uniform(0.0, s.stagger.total_seconds())
+        # The replica that claimed the previous tick claims this one at once; the others wait
+        # a random part of the stagger, so they write only when it does not (it died, or its
+        # scheduler did not fire it).
+        stagger = 0.0 if lock.claimed_last() else random.uniform(0.0, s.stagger.total_seconds())
         result = await lock.try_claim(
             tick, stagger=stagger, starting_deadline=begin_by - tick, above=above
         )
