@@ -92,6 +92,28 @@ def assert_one_body_per_tick(rounds: list[list[GuardResult[Any]]]) -> list[int]:
     return tokens
 
 
+def guarded_replicas(
+    kubes: list[Kube],
+    namespace: str,
+    current: list[datetime],
+    body: Callable[[], str],
+    **options: Any,
+) -> list[Callable[[], GuardResult[str]]]:
+    """`body` guarded as `send-reminders` on each replica (its own client and identity), the
+    tick being the last of `current`."""
+    return [
+        guard(
+            "send-reminders",
+            tick=lambda: current[-1],
+            namespace=namespace,
+            kube=kube,
+            identity=f"replica-{index}",
+            **options,
+        )(body)
+        for index, kube in enumerate(kubes[:REPLICAS])
+    ]
+
+
 def test_three_threaded_replicas_firing_the_same_ticks_run_each_body_once_with_rising_tokens(
     kubes: list[Kube], namespace: str
 ) -> None:
@@ -99,25 +121,14 @@ def test_three_threaded_replicas_firing_the_same_ticks_run_each_body_once_with_r
     bodies: Counter[datetime] = Counter()
     lock = threading.Lock()
 
-    def make(index: int) -> Callable[[], GuardResult[str]]:
-        @guard(
-            "send-reminders",
-            tick=lambda: current[-1],
-            namespace=namespace,
-            kube=kubes[index],
-            identity=f"replica-{index}",
-            at_most_for="3s",
-        )
-        def send_reminders() -> str:
-            run = current_run()
-            run.assert_held()
-            with lock:
-                bodies[run.tick] += 1
-            return run.holder
+    def send_reminders() -> str:
+        run = current_run()
+        run.assert_held()
+        with lock:
+            bodies[run.tick] += 1
+        return run.holder
 
-        return send_reminders
-
-    replicas = [make(i) for i in range(REPLICAS)]
+    replicas = guarded_replicas(kubes, namespace, current, send_reminders, at_most_for="3s")
     rounds = []
     for tick in recent_ticks(ROUNDS):
         current.append(tick)
@@ -135,23 +146,14 @@ def test_the_replica_that_ran_the_previous_tick_claims_the_next_without_its_stag
     from then on the replica that claimed the previous tick claims the next at once, and the
     others, seeing it taken, write nothing."""
     current: list[datetime] = []
-
-    def make(index: int) -> Callable[[], GuardResult[str]]:
-        @guard(
-            "send-reminders",
-            tick=lambda: current[-1],
-            namespace=namespace,
-            kube=kubes[index],
-            identity=f"replica-{index}",
-            stagger="10s",
-            starting_deadline="60s",
-        )
-        def send_reminders() -> str:
-            return current_run().holder
-
-        return send_reminders
-
-    replicas = [make(i) for i in range(REPLICAS)]
+    replicas = guarded_replicas(
+        kubes,
+        namespace,
+        current,
+        lambda: current_run().holder,
+        stagger="10s",
+        starting_deadline="60s",
+    )
     rounds, seconds = [], []
     for tick in recent_ticks(6):
         current.append(tick)
