@@ -128,23 +128,34 @@ class RunLog:
     selector: str = APP_SELECTOR
     lines: list[dict[str, Any]] = field(default_factory=list)
     _followed: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    """Container instance -> the `kubectl logs -f` following it now."""
+    _processes: list[subprocess.Popen[str]] = field(default_factory=list)
+    """Every `kubectl logs -f` started, ended or not (all are reaped on exit)."""
+    _watcher: threading.Thread | None = None
+    _started: dict[str, float] = field(default_factory=dict)
+    """Container instance -> when its last follower started (monotonic)."""
     _seen: set[tuple[str, str]] = field(default_factory=set)
     _readers: list[threading.Thread] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __enter__(self) -> RunLog:
-        threading.Thread(target=self._watch, daemon=True, name="runlog").start()
+        self._watcher = threading.Thread(target=self._watch, daemon=True, name="runlog")
+        self._watcher.start()
         return self
 
     def __exit__(self, *_: object) -> None:
+        """Stop the watch first (it starts followers), then end and reap every follower."""
         self._stop.set()
-        for process in self._followed.values():
-            process.kill()
+        if self._watcher is not None:
+            self._watcher.join(60)
+        for process in self._processes:
+            if process.poll() is None:
+                process.kill()
             process.wait()
         for reader in self._readers:
             reader.join(5)
-        for process in self._followed.values():
+        for process in self._processes:
             if process.stdout is not None:
                 process.stdout.close()
 
@@ -163,18 +174,24 @@ class RunLog:
                     following = self._followed.get(container)
                     if following is not None and following.poll() is None:
                         continue
+                    if time.monotonic() - self._started.get(container, -10.0) < 2.0:
+                        continue  # its stream just ended: not a kubectl a tick
+                    self._started[container] = time.monotonic()
                     self._follow(name, status["name"], container)
 
     def _follow(self, pod: str, name: str, container: str) -> None:
         """`kubectl logs -f` of the pod's container. Should the container be replaced
         between the listing and this call, the lines read are the new instance's under the
         old one's ID; they are not counted again when the new instance is followed (`_seen`)."""
+        if self._stop.is_set():
+            return
         process = subprocess.Popen(
             [*self.kubectl, "logs", "-f", "-n", self.namespace, pod, "-c", name],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        self._processes.append(process)
         self._followed[container] = process
         reader = threading.Thread(target=self._read, args=(pod, container, process), daemon=True)
         reader.start()
