@@ -317,6 +317,7 @@ async def _measure(
     pauses: GcPauses,
 ) -> None:
     await asyncio.sleep(max(0.0, epoch - time.time()))
+    rss_before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     writes, requests, cpu = kube.write_count, kube.request_count, _cpu_seconds()
     by_kind = requests_by_kind()
     watch = _BacklogWatch()
@@ -342,6 +343,7 @@ async def _measure(
         writes_by_kind=written,
         record_backlog=_backlog(),
         rss_mb=rss_mb,
+        rss_before_mb=rss_before_mb,
         cpu_s=cpu_s,
         at_rest=at_rest,
         **pauses.figures(since=epoch - 1.0),

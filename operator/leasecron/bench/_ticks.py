@@ -335,6 +335,11 @@ def ticks_report(
                 "before the next minute",
             ),
             ("replica RSS max", show(figures["rss_mb_max"], " MB"), "<= 150 MB (1000 jobs)"),
+            (
+                "  of it before tick 0 (jobs synced)",
+                show(figures.get("rss_before_tick_mb_max", math.nan), " MB"),
+                "-",
+            ),
             ("replica CPU s (mean)", show(figures["cpu_s_mean"], " s"), "-"),
             ("longest GC pause from tick 0", show(figures["gc_max_ms"], " ms"), "-"),
             ("GC time from tick 0 (max)", show(figures["gc_total_s_max"], " s"), "-"),
@@ -434,6 +439,9 @@ def _resources(done: list[Message], *, runs: int, ticks: int) -> dict[str, Any]:
         "lease_writes_per_tick": rounded(lease / ticks),
         "jobrun_writes_per_run": rounded(jobruns / runs if runs else math.nan),
         "rss_mb_max": rounded(max(rss), 1),
+        "rss_before_tick_mb_max": rounded(
+            max(float(m.data.get("rss_before_mb", math.nan)) for m in done), 1
+        ),
         "gc_max_ms": max((float(m.data.get("gc_max_ms", 0.0)) for m in done), default=0.0),
         "gc_full_max_ms": max(
             (float(m.data.get("gc_full_max_ms", 0.0)) for m in done), default=0.0
