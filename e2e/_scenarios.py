@@ -175,7 +175,7 @@ class RunLog:
                     if following is not None and following.poll() is None:
                         continue
                     if time.monotonic() - self._started.get(container, -10.0) < 2.0:
-                        continue  # its stream just ended: not a kubectl a tick
+                        continue  # its stream just ended: a new kubectl at most every 2 s
                     self._started[container] = time.monotonic()
                     self._follow(name, status["name"], container)
 

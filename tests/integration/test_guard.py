@@ -144,7 +144,7 @@ def test_the_replica_that_ran_the_previous_tick_claims_the_next_without_its_stag
 ) -> None:
     """With a long stagger (10 s), the first tick waits for the luckiest replica's random turn;
     from then on the replica that claimed the previous tick claims the next at once, and the
-    others, seeing it taken, write nothing."""
+    others lose it to that claim."""
     current: list[datetime] = []
     replicas = guarded_replicas(
         kubes,

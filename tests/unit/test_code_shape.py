@@ -34,6 +34,12 @@ def library_modules() -> Iterator[Path]:
         yield from sorted((_ROOT / package).rglob("*.py"))
 
 
+def parsed(paths: Iterator[Path]) -> Iterator[tuple[str, ast.Module]]:
+    """Each module of `paths` as `<path under leasecron/>` and its syntax tree."""
+    for path in paths:
+        yield path.relative_to(_ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _definitions(
     node: ast.AST, prefix: str
 ) -> Iterator[tuple[str, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -91,13 +97,12 @@ def test_nothing_subclasses_the_claim_lock() -> None:
     """Every kind of Lease is claimed by the one `TickLock` write; what a kind adds comes as
     its `ClaimRules` (docs/design.md §5.4), never as a subclass overriding the lock's steps."""
     subclasses = []
-    for path in library_modules():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for where, tree in parsed(library_modules()):
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
                 if "TickLock" in bases:
-                    subclasses.append(f"{path.relative_to(_ROOT).as_posix()}:{node.name}")
+                    subclasses.append(f"{where}:{node.name}")
     assert not subclasses, f"subclasses of TickLock (give it ClaimRules instead): {subclasses}"
 
 
@@ -105,11 +110,10 @@ def test_the_runtime_plans_ticks_in_one_timer() -> None:
     """One tick timer for every scheduled job (docs/design.md §5.3): `_planning.next_tick` is
     called from `runtime/_shard_timer.py` alone, not by a second loop beside it."""
     callers = set()
-    for path in library_modules():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for where, tree in parsed(library_modules()):
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "next_tick":
-                callers.add(path.relative_to(_ROOT).as_posix())
+                callers.add(where)
     assert callers == {"runtime/_shard_timer.py"}, callers
 
 
@@ -118,12 +122,11 @@ def test_the_claim_engine_claims_in_one_loop() -> None:
     claimed by one loop around the claim write (`_shard_claims._claim_until`); a guard's one
     attempt per call is the other caller of `try_claim` (docs/design.md §5.4, §5.15)."""
     callers = set()
-    for path in sorted((_ROOT / "runtime").glob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for where, tree in parsed(iter(sorted((_ROOT / "runtime").glob("*.py")))):
         for name, node in _definitions(tree, ""):
             calls = (n for n in ast.walk(node) if isinstance(n, ast.Call))
             if any(ast.unparse(c.func).endswith(".try_claim") for c in calls):
-                callers.add(f"{path.relative_to(_ROOT).as_posix()}:{name}")
+                callers.add(f"{where}:{name}")
     # A function's callers include its enclosing definitions: keep the innermost.
     innermost = {c for c in callers if not any(o.startswith(c + ".") for o in callers)}
     assert innermost == {

@@ -253,6 +253,11 @@ class LeaseParty:
             owner_reference=options.get("owner_reference"),
         )
 
+    @property
+    def clock(self) -> Clock:
+        """The clock this party reads."""
+        return self._clock
+
     def _situation(self, seen: Seen | None) -> Situation:
         """The keyword arguments every `models.decisions` decision of this party shares."""
         return Situation(

@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Unpack
 
+from leasecron._logs import get_logger
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
 from leasecron.coordination.grants import Grant
 from leasecron.coordination.locks import (
@@ -47,7 +48,6 @@ from leasecron.coordination.locks import (
 from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseStoreLike, PartyOptions
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError, Unavailable
-from leasecron.models.clocks import SYSTEM_CLOCK
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live
 from leasecron.models.groups import GroupRecordError, retired
@@ -65,6 +65,7 @@ SKIP_OTHER_COUNT = SkipReason.OTHER_SHARD_COUNT
 """The shard Lease belongs to another shard count than the group record's."""
 SKIP_GROUP_UNREADABLE = SkipReason.GROUP_RECORD_UNREADABLE
 """The claim needs a higher token ceiling and the group record does not read."""
+_log = get_logger("leasecron.coordination")
 DEFAULT_SHARD_LEASE_S = 10
 """leaseDurationSeconds of a shard grant: how long a dead holder blocks its shards."""
 
@@ -135,7 +136,7 @@ class ShardRules:
         except (Unavailable, TimeoutError) as e:
             return SKIP_UNAVAILABLE, {"error": repr(e)}
         except KubeError as e:
-            lock._log.warning("raising the token ceiling failed", error=repr(e))
+            _log.warning("raising the token ceiling failed", lease=lock.name, error=repr(e))
             return SKIP_ERROR, {"error": repr(e)}
         index = lock.lease.labels.get(LABEL_SHARD, "")
         if group.lease.observe() is None or not index.isdigit():
@@ -183,7 +184,7 @@ class ShardLock:
         self.taken = claims.taken
         self.held_by_other, self.taken_by_other = claims.held_by_other, claims.taken_by_other
         self.renew, self.release, self.keep_alive = claims.renew, claims.release, claims.keep_alive
-        self._clock = party.get("clock", SYSTEM_CLOCK)
+        self._clock = claims.clock
         self._uses: dict[int, int] = {}
         """Token -> runs (or instants being planned) under that grant."""
         self._idle = asyncio.Event()

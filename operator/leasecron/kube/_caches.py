@@ -63,7 +63,8 @@ Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """`obj` without metadata.managedFields: a cache of objects never written back whole
-    (PUT) need not hold the field managers' bookkeeping, often the larger part of an object."""
+    (PUT) need not hold the field managers' bookkeeping (10,000 ScheduledJobs: a replica's
+    peak RSS 272 MB with it, 210 MB without; docs/benchmarks.md)."""
     metadata = obj.get("metadata")
     if isinstance(metadata, dict) and "managedFields" in metadata:
         obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}

@@ -283,16 +283,12 @@ class Informer(ObjectCache):
     # --- background thread -------------------------------------------------------------
 
     def _list(self) -> tuple[list[dict[str, Any]], str]:
-        """All items (paged, each page through the cache's transform as it comes, so the
-        whole list is never held untransformed) and the list's resourceVersion; blocking."""
+        """All items (paged) and the list's resourceVersion; blocking."""
         items: list[dict[str, Any]] = []
         query = {**self._selectors, "limit": str(_PAGE_SIZE)}
-        keep = self._transform
         while True:
             page = self._kube.request_sync("GET", self.path, query=query)
-            listed = page.pop("items", None) or []
-            items.extend(listed if keep is None else map(keep, listed))
-            del listed
+            items.extend(page.get("items") or [])
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:

@@ -349,7 +349,7 @@ def validate_resource(obj: Mapping[str, Any]) -> ScheduledJob:
         namespace=metadata.get("namespace") or None,
         uid=metadata.get("uid") or None,
         generation=metadata.get("generation"),
-        spec=_shared_spec(spec),
+        spec=_shared(spec, parts=_PARTS),
     )
 
 
@@ -359,32 +359,22 @@ _SHARED: weakref.WeakValueDictionary[tuple[object, ...], BaseModel] = weakref.We
 _PARTS = ("lock", "election", "catch_up", "retry", "history")
 
 
-def _shared(model: _Model) -> tuple[_Model, bool]:
+def _shared(model: _Model, *, parts: tuple[str, ...] = ()) -> _Model:
     """An equal model validated before while one is alive (models are frozen, so one copy
-    serves every job: 10,000 jobs with default specs hold one spec), or `model` itself, now
-    the one shared; whether it was found."""
+    serves every job: 10,000 jobs with default specs hold one spec), else `model`, made the
+    shared one, holding the shared copies of its `parts`."""
     key = (type(model), *model.__dict__.values())
     try:
         found = _SHARED.get(key)
-        if found is None:
-            _SHARED[key] = model
     except TypeError:  # a value that cannot be hashed: not shared
-        return model, False
-    return (model, False) if found is None else (found, True)  # type: ignore[return-value]
-
-
-def _shared_spec(spec: ScheduledJobSpec) -> ScheduledJobSpec:
-    """`spec`, or an equal one a live job holds; a new spec holds the shared copies of its
-    parts (lock, election, catchUp, retry, history)."""
-    key = (type(spec), *spec.__dict__.values())
-    try:
-        found = _SHARED.get(key)
-    except TypeError:
-        return spec
+        return model
     if found is not None:
         return found  # type: ignore[return-value]
-    parts = {name: _shared(getattr(spec, name))[0] for name in _PARTS}
-    return _shared(spec.model_copy(update=parts))[0]
+    if parts:  # keyed by the copy's values, so the entry holds the shared parts only
+        model = model.model_copy(update={name: _shared(getattr(model, name)) for name in parts})
+        key = (type(model), *model.__dict__.values())
+    _SHARED[key] = model
+    return model
 
 
 def _removed_fields(spec_data: object) -> tuple[list[FieldProblem], object]:

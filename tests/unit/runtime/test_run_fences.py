@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 from leasecron.coordination import Grant
 from leasecron.models.clocks import SYSTEM_CLOCK
 from leasecron.models.specs import ScheduledJob
+from leasecron.runtime import _shardfences
 from leasecron.runtime._shardfences import RunFence, run_fence
 from leasecron.testing.handlers import scheduled_job
 
@@ -104,11 +107,6 @@ def test_the_runs_under_one_grant_share_one_watchdog_task() -> None:
 
 
 def test_a_grant_is_not_kept_once_its_last_run_is_over() -> None:
-    import gc
-    import weakref
-
-    from leasecron.runtime import _shardfences
-
     async def run() -> weakref.ref[Grant]:
         grant = _grant(30.0)
         with run_fence(grant, _job(), clock=SYSTEM_CLOCK, link=_no_link):
