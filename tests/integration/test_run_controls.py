@@ -476,6 +476,46 @@ def test_every_replica_runs_time_out_and_overlap_per_replica_as_their_job_says(
     assert not jobruns(kube_api, namespace)  # every-replica runs are counted, not recorded
 
 
+def test_an_every_replica_tick_that_cannot_start_by_its_starting_deadline_is_skipped(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """The replica's event loop is held for 3 s (an async handler of another job that blocks
+    it once): the every-replica ticks of `cache` (`@every 1s`, startingDeadline 1s) that came
+    meanwhile are skipped `deadline` once the loop is free, as a claimed run's would be, and
+    none of its runs starts past its tick + startingDeadline."""
+    blocked = threading.Event()
+    started: list[tuple[float, float]] = []
+    replica = scheduler(kube, namespace)
+
+    @replica.job("hog")
+    async def hog(ctx: JobContext) -> None:
+        if not blocked.is_set():
+            blocked.set()
+            time.sleep(3)  # noqa: ASYNC251 (holds the replica's event loop on purpose)
+
+    @replica.job("cache")
+    def cache(ctx: JobContext) -> None:
+        started.append((ctx.tick.timestamp(), time.time()))
+
+    create_job(kube_api, namespace, "hog", bucket="every-replica", startingDeadline="30s")
+    create_job(kube_api, namespace, "cache", bucket="every-replica", startingDeadline="1s")
+    replica.start()
+    labels = {"job_namespace": namespace, "scheduled_job": "cache", "reason": "deadline"}
+    try:
+        poll(
+            lambda: (REGISTRY.get_sample_value("leasecron_skips_total", labels) or 0) >= 1,
+            timeout=20,
+            what="an every-replica tick skipped past its startingDeadline",
+        )
+        count = len(started)
+        poll(lambda: len(started) > count, timeout=10, what="cache running again")
+    finally:
+        replica.stop()
+    assert blocked.is_set()
+    late = [(tick, at) for tick, at in started if at - tick > 1.5]
+    assert not late, f"every-replica runs started past their startingDeadline: {late}"
+
+
 # --- the operator -------------------------------------------------------------------------
 
 
