@@ -143,32 +143,44 @@ def test_a_label_selector_keeps_other_objects_out_of_the_cache(
     assert run(scenario) == ["mine"]
 
 
-def test_the_scheduledjob_informer_keeps_no_managed_fields_and_the_rest_of_each_job(
+def test_the_scheduledjob_informer_keeps_each_job_compact_and_the_rest_of_it(
     kube_api: ApiClient, namespace: str, leasecron_crds: list[str]
 ) -> None:
-    """The API server writes managedFields on every object; the replicas' ScheduledJob cache
-    drops them (the larger part of a small job's object) and keeps all else, events too."""
+    """The API server writes managedFields on every object, and `kubectl apply` a copy of the
+    object in an annotation; the replicas' ScheduledJob cache drops both (the larger part of a
+    small job's object) and keeps all else, events too; two jobs with equal specs (with the
+    API server's defaults) hold one spec."""
 
     async def scenario() -> None:
         kube = Kube(kube_api, max_workers=4)
         store = ScheduledJobStore(kube)
-        body = {
-            "apiVersion": "leasecron.dev/v1alpha1",
-            "kind": "ScheduledJob",
-            "metadata": {"name": "report"},
-            "spec": {"bucket": "once-per-tick", "schedule": "* * * * *"},
-        }
-        made = await store.create(namespace=namespace, body=body)
-        assert made["metadata"].get("managedFields")
+        spec = {"bucket": "once-per-tick", "schedule": "* * * * *"}
+        applied = {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "billing"}
+        made = [
+            await store.create(
+                namespace=namespace,
+                body={
+                    "apiVersion": "leasecron.dev/v1alpha1",
+                    "kind": "ScheduledJob",
+                    "metadata": {"name": name, "annotations": applied},
+                    "spec": spec,
+                },
+            )
+            for name in ("report", "digest")
+        ]
+        assert made[0]["metadata"].get("managedFields")
         informer = store.informer(namespace=namespace)
         events: list[WatchEvent] = []
         informer.subscribe(events.append)
         await informer.start()
         try:
-            cached = informer.get(namespace, "report")
-            assert cached is not None and "managedFields" not in cached["metadata"]
-            assert cached["spec"] == made["spec"]
-            assert cached["metadata"]["uid"] == made["metadata"]["uid"]
+            report, digest = informer.get(namespace, "report"), informer.get(namespace, "digest")
+            assert report is not None and digest is not None
+            assert "managedFields" not in report["metadata"]
+            assert report["metadata"]["annotations"] == {"team": "billing"}
+            assert report["spec"] == made[0]["spec"] and len(report["spec"]) > len(spec)
+            assert report["spec"] is digest["spec"]
+            assert report["metadata"]["uid"] == made[0]["metadata"]["uid"]
             assert all("managedFields" not in e.obj.get("metadata", {}) for e in events)
         finally:
             await informer.stop()

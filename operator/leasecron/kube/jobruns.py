@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leasecron.kube._caches import without_managed_fields
+from leasecron.kube._caches import compact
 from leasecron.kube.clients import Kube
 from leasecron.kube.objects import ObjectStore
 from leasecron.kube.watches import Informer
@@ -78,13 +78,13 @@ class ScheduledJobStore:
         return await self._objects.list(namespace=namespace)
 
     def informer(self, *, namespace: str | None, clock: Clock = SYSTEM_CLOCK) -> Informer:
-        """A list+watch cache of the ScheduledJobs of `namespace` (not started), without
-        their managedFields (nothing writes a ScheduledJob back from it)."""
+        """A list+watch cache of the ScheduledJobs of `namespace` (not started), each kept
+        `compact` (nothing writes a ScheduledJob back from it)."""
         return Informer(
             self.kube,
             path=self.collection_path(namespace=namespace),
             clock=clock,
-            transform=without_managed_fields,
+            transform=compact,
         )
 
     async def patch_status(

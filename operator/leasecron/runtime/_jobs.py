@@ -15,7 +15,7 @@ jobs.
 from __future__ import annotations
 
 import asyncio
-import copy
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -170,6 +170,12 @@ class JobTable:
                 self._converge(name), name=f"leasecron converge {name}"
             )
             self._converging[name] = task
+            task.add_done_callback(functools.partial(self._converged, name))
+
+    def _converged(self, name: str, task: asyncio.Task[None]) -> None:
+        """A job's convergence ended: its task is let go (one per job would stay held)."""
+        if self._converging.get(name) is task:
+            del self._converging[name]
 
     async def close(self, reason: StopReason) -> None:
         """Stop every worker (concurrently), for shutdown."""
@@ -215,10 +221,11 @@ class JobTable:
         metadata = obj.get("metadata") or {}
         key = (metadata.get("uid"), metadata.get("generation"), metadata.get("namespace"))
         cached = self._validated.get(name)
-        if cached is not None and cached[0] == key and cached[1] == obj.get("spec"):
+        spec = obj.get("spec")
+        if cached is not None and cached[0] == key and (cached[1] is spec or cached[1] == spec):
             return cached[2]
         job = ScheduledJob.from_resource(obj)
-        self._validated[name] = (key, copy.deepcopy(obj.get("spec")), job)
+        self._validated[name] = (key, spec, job)  # the cache's objects are never changed in place
         return job
 
     def _ignore(self, name: str, reason: str | None) -> None:
