@@ -1,16 +1,18 @@
 """The in-pod scheduler with three replica processes against the real API server: a
 once-per-tick job runs once per tick with one JobRun each, an every-replica job runs on all
-three, and a single-owner job has exactly one owner at every instant and hands over within a
-second of SIGTERM."""
+three (both read from one run of the three replicas with both jobs), and a single-owner job
+has exactly one owner at every instant and hands over within a second of SIGTERM."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from threading import Condition
@@ -21,6 +23,7 @@ from kubernetes import client
 
 from _processes import ReplicaProcess, wait_group
 from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION, jobrun_name
+from leasecron.testing.controlplane import ClusterAccess
 from leasecron.testing.handlers import scheduled_job, wait_for_jobruns
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -56,22 +59,72 @@ class Replica(ReplicaProcess):
         self.join_reader(timeout=5)
 
 
+def started(kubeconfig: Path, namespace: str, workdir: Path) -> list[Replica]:
+    """Three replicas of the group, each ready (killed by the caller)."""
+    changed = Condition()  # one for the group: a test waits on all three at once
+    group = [
+        Replica(i, namespace=namespace, kubeconfig=kubeconfig, workdir=workdir, changed=changed)
+        for i in range(3)
+    ]
+    for replica in group:
+        replica.wait_for(lambda lines: any(x["event"] == "ready" for x in lines), START_WAIT)
+    return group
+
+
 @pytest.fixture
 def replicas(
     kubeconfig: Path, namespace: str, leasecron_crds: list[str], tmp_path: Path
 ) -> Iterator[list[Replica]]:
-    changed = Condition()  # one for the group: a test waits on all three at once
-    group = [
-        Replica(i, namespace=namespace, kubeconfig=kubeconfig, workdir=tmp_path, changed=changed)
-        for i in range(3)
-    ]
+    group: list[Replica] = []
     try:
-        for replica in group:
-            replica.wait_for(lambda lines: any(x["event"] == "ready" for x in lines), START_WAIT)
+        group = started(kubeconfig, namespace, tmp_path)
         yield group
     finally:
         for replica in group:
             replica.kill()
+
+
+@dataclass(frozen=True)
+class Ran:
+    """The replicas of `ran_together` (stopped), their namespace and an API client."""
+
+    replicas: list[Replica]
+    namespace: str
+    api: Any
+
+
+@pytest.fixture(scope="module")
+def ran_together(
+    controlplane: ClusterAccess,
+    kubeconfig: Path,
+    leasecron_crds: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Ran]:
+    """One run of three replicas with both a once-per-tick job (`tick`) and an every-replica
+    job (`everywhere`), `@every 1s`, until each ran `TICKS` ticks, then SIGTERM to all: the
+    two cases below read it, each for its job."""
+    name = f"t-runtime-replicas-{secrets.token_hex(3)}"
+    with controlplane.api_client() as api:
+        core = client.CoreV1Api(api)
+        labels = {"app.kubernetes.io/managed-by": "leasecron-testing"}
+        core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
+        )
+        group: list[Replica] = []
+        try:
+            group = started(kubeconfig, name, tmp_path_factory.mktemp("replicas"))
+            create_job(api, name, scheduled_job("tick", schedule="@every 1s"))
+            create_job(
+                api, name, scheduled_job("everywhere", bucket="every-replica", schedule="@every 1s")
+            )
+            wait_ticks(group, "tick", TICKS)
+            wait_ticks(group, "everywhere", TICKS)
+            terminate_all(group)
+            yield Ran(replicas=group, namespace=name, api=api)
+        finally:
+            for replica in group:
+                replica.kill()
+            core.delete_namespace(name=name, propagation_policy="Background")
 
 
 def create_job(api: Any, namespace: str, manifest: dict[str, Any]) -> None:
@@ -112,11 +165,9 @@ def wait_ticks(group: list[Replica], job: str, count: int) -> None:
 
 
 def test_a_once_per_tick_job_runs_once_per_tick_on_three_replicas_with_one_jobrun_each(
-    replicas: list[Replica], kube_api: Any, namespace: str
+    ran_together: Ran,
 ) -> None:
-    create_job(kube_api, namespace, scheduled_job("tick", schedule="@every 1s"))
-    wait_ticks(replicas, "tick", TICKS)
-    terminate_all(replicas)
+    replicas, kube_api, namespace = ran_together.replicas, ran_together.api, ran_together.namespace
     runs = runs_of(replicas, "tick")
     per_tick = Counter(tick for tick, _, _ in runs)
     assert max(per_tick.values()) == 1, [t for t, n in per_tick.items() if n > 1]
@@ -149,17 +200,8 @@ def test_a_once_per_tick_job_runs_once_per_tick_on_three_replicas_with_one_jobru
     )
 
 
-def test_an_every_replica_job_runs_on_all_three_replicas_every_tick(
-    replicas: list[Replica], kube_api: Any, namespace: str
-) -> None:
-    create_job(
-        kube_api,
-        namespace,
-        scheduled_job("everywhere", bucket="every-replica", schedule="@every 1s"),
-    )
-    wait_ticks(replicas, "everywhere", TICKS)
-    terminate_all(replicas)
-    runs = runs_of(replicas, "everywhere")
+def test_an_every_replica_job_runs_on_all_three_replicas_every_tick(ran_together: Ran) -> None:
+    runs = runs_of(ran_together.replicas, "everywhere")
     by_tick: dict[str, set[int]] = {}
     for tick, index, _ in runs:
         by_tick.setdefault(tick, set()).add(index)
