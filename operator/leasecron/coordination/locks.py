@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import functools
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,6 +59,8 @@ SKIP_UNAVAILABLE = SkipReason.STORE_UNAVAILABLE
 SKIP_UNCERTAIN = SkipReason.UNCERTAIN
 SKIP_ERROR = SkipReason.ERROR
 _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
+_PRECISE_S = 0.002
+"""The end of a claim's stagger slept in the loop's thread rather than on an asyncio timer."""
 """Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 
 OrphanHandler = Callable[[Grant], Awaitable[None]]
@@ -285,9 +288,23 @@ class TickLock(LeaseParty):
     ) -> Grant | Skipped:
         """Claim `tick`: the Grant, or why not. The grant's token is above `above` (the
         highest token the jobs it covers had elsewhere) as well as above the Lease's."""
-        if stagger > 0 and await self.wait_taken(tick, timeout=stagger):
+        if stagger > 0 and await self._wait_stagger(tick, stagger):
             return self._skip(SkipReason.TAKEN, tick, waited=stagger)
         return await self._claim_now(tick, starting_deadline=starting_deadline, above=above)
+
+    async def _wait_stagger(self, tick: datetime, stagger: float) -> bool:
+        """Wait `stagger` seconds on the view; True as soon as it shows `tick` taken. An
+        asyncio timer fires a millisecond or two late (epoll's timeouts are whole
+        milliseconds, rounded up), so the last `_PRECISE_S` are slept in this thread: a claim
+        goes out when its stagger ends (a placed replica's, at its instant), not after."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + stagger
+        if await self.wait_taken(tick, timeout=max(0.0, stagger - _PRECISE_S)):
+            return True
+        left = end - loop.time()
+        if left > 0:
+            time.sleep(left)  # noqa: ASYNC251 (at most _PRECISE_S: the claim's own moment)
+        return self.taken(tick)
 
     async def _claim_now(
         self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int

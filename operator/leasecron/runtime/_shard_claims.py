@@ -386,7 +386,8 @@ async def _attempt(
     above: int,
 ) -> tuple[datetime, Grant | Skipped]:
     """One claim of `_claim_until`: the instant tried (`tick` until a `Moving` one moves) and
-    what the claim write gave."""
+    what the claim write gave. The stagger counts from the instant: the timer launches a
+    claim a little before it (`_shard_timer`), and nothing is claimed before it comes."""
     if not isinstance(instant, datetime):
         moved = await instant()
         if isinstance(moved, Skipped):
@@ -395,6 +396,7 @@ async def _attempt(
     else:
         tick = instant
     stagger = 0.0 if lock.holding() else rank * step
+    stagger += max(0.0, (tick - lock.claims.clock.now()).total_seconds())
     return tick, await lock.try_claim(
         tick, stagger=stagger, starting_deadline=claim_deadline, above=above
     )

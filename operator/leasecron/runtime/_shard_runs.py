@@ -225,8 +225,9 @@ class ShardRuns:
         an every-replica job's (`RecordMode.NONE`), or a RunLocally job's while the store is
         out of reach (`RecordMode.UNGUARDED`)."""
         services, job = self._services, entry.job
-        if record is RecordMode.NONE:
-            await asyncio.sleep(jitter_delay(job.name, instant, job.spec.jitter))
+        if record is RecordMode.NONE:  # the timer launches it a little before the instant
+            early = max(0.0, (instant - services.clock.now()).total_seconds())
+            await asyncio.sleep(early + jitter_delay(job.name, instant, job.spec.jitter))
         if entry.stopped:
             return
         if services.clock.now() > instant + job.spec.starting_deadline:

@@ -33,6 +33,9 @@ from leasecron.runtime._shard_runs import ShardRuns
 _MAX_SLEEP = 30.0
 _PREPARE_S = 1.0
 """How long before an instant its claims are prepared (grouped by shard, placed)."""
+_LEAD_S = 0.01
+"""How long before an instant its claims and runs are launched: each waits for the instant
+itself (plus its stagger or jitter), so what launching costs is not on the instant's clock."""
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 """Runs a shard instant's claim in a task of the engine's (named by the second argument)."""
@@ -129,7 +132,7 @@ class ShardTimer:
                 # The instant's grouping and placement are done before it comes, so that the
                 # claims go out as it does (a large group's work per job is not on the clock).
                 prepared = self._prepare([e for e in planned if e.next and e.next.tick <= soonest])
-                remaining = (soonest - clock.now()).total_seconds()
+                remaining = (soonest - clock.now()).total_seconds() - _LEAD_S
                 if remaining > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._changed.wait(), remaining)
