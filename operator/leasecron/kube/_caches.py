@@ -70,8 +70,8 @@ def compact(obj: dict[str, Any]) -> dict[str, Any]:
     """`obj` as a cache of objects read and never written back whole (PUT) keeps it: without
     the field managers' bookkeeping (metadata.managedFields) and kubectl's last-applied copy
     of the object, its spec shared with every equal one (`shared_json`). 10,000 ScheduledJobs
-    with default specs: a replica's peak RSS 272 MB with managedFields, 210 MB without, and
-    traced memory at rest 136 MB with unshared specs, 77 MB shared (docs/benchmarks.md)."""
+    with default specs: a replica's peak RSS 272 MB with managedFields, 210 MB without, 147 MB
+    with the specs shared too (docs/benchmarks.md)."""
     kept = dict(obj)
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
