@@ -12,10 +12,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from operator_helpers import StartOperator, get_job, jobruns, poll
 from prometheus_client import REGISTRY
 
@@ -23,12 +24,14 @@ from leasecron import JobContext, Scheduler
 from leasecron.coordination.groups import change_shard_count
 from leasecron.kube.clients import Kube
 from leasecron.models.names import (
+    ANNOTATION_TICK,
     GROUP,
     LABEL_ROLE,
     SCHEDULEDJOB_PLURAL,
     VERSION,
     format_tick,
     jobrun_name,
+    parse_tick,
 )
 from leasecron.models.shards import shard_of
 from leasecron.runtime import Tuning
@@ -514,6 +517,46 @@ def test_an_every_replica_tick_that_cannot_start_by_its_starting_deadline_is_ski
     assert blocked.is_set()
     late = [(tick, at) for tick, at in started if at - tick > 1.5]
     assert not late, f"every-replica runs started past their startingDeadline: {late}"
+
+
+def test_nothing_is_claimed_or_run_before_its_instant(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """The timer launches an instant's claims and every-replica runs a little before it, and
+    each waits for the instant itself: every shard claim's acquireTime is at or after the
+    instant the Lease records, and no every-replica run starts before its tick (one host
+    clock for the replica and this test, so no tolerance)."""
+    starts: list[tuple[float, float]] = []
+    replica = scheduler(kube, namespace)
+    replica.register("report", lambda ctx: None)
+
+    @replica.job("cache")
+    def cache(ctx: JobContext) -> None:
+        starts.append((ctx.tick.timestamp(), time.time()))
+
+    create_job(kube_api, namespace, "report", schedule="@every 1s")
+    create_job(kube_api, namespace, "cache", bucket="every-replica", schedule="@every 1s")
+    leases = client.CoordinationV1Api(kube_api)
+    claims: set[tuple[str, datetime]] = set()  # (the instant recorded, acquireTime)
+    replica.start()
+    try:
+        for event in watch.Watch().stream(
+            leases.list_namespaced_lease,
+            namespace,
+            label_selector=f"{LABEL_ROLE}=shard",
+            timeout_seconds=30,
+        ):
+            lease = event["object"]
+            tick = (lease.metadata.annotations or {}).get(ANNOTATION_TICK)
+            if tick and lease.spec.acquire_time is not None:
+                claims.add((tick, lease.spec.acquire_time))
+            if len({t for t, _ in claims}) >= 5 and len(starts) >= 5:
+                break
+    finally:
+        replica.stop()
+    assert len({t for t, _ in claims}) >= 5 and len(starts) >= 5, (claims, starts)
+    assert [(t, a) for t, a in claims if a < parse_tick(t)] == []
+    assert [(t, at) for t, at in starts if at < t] == []
 
 
 # --- the operator -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ the library derives from `TickLock`), and ticks are planned by one timer.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import leasecron
@@ -34,7 +34,7 @@ def library_modules() -> Iterator[Path]:
         yield from sorted((_ROOT / package).rglob("*.py"))
 
 
-def parsed(paths: Iterator[Path]) -> Iterator[tuple[str, ast.Module]]:
+def parsed(paths: Iterable[Path]) -> Iterator[tuple[str, ast.Module]]:
     """Each module of `paths` as `<path under leasecron/>` and its syntax tree."""
     for path in paths:
         yield path.relative_to(_ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
@@ -122,7 +122,7 @@ def test_the_claim_engine_claims_in_one_loop() -> None:
     claimed by one loop around the claim write (`_shard_claims._claim_until`); a guard's one
     attempt per call is the other caller of `try_claim` (docs/design.md §5.4, §5.15)."""
     callers = set()
-    for where, tree in parsed(iter(sorted((_ROOT / "runtime").glob("*.py")))):
+    for where, tree in parsed(sorted((_ROOT / "runtime").glob("*.py"))):
         for name, node in _definitions(tree, ""):
             calls = (n for n in ast.walk(node) if isinstance(n, ast.Call))
             if any(ast.unparse(c.func).endswith(".try_claim") for c in calls):

@@ -59,9 +59,9 @@ SKIP_UNAVAILABLE = SkipReason.STORE_UNAVAILABLE
 SKIP_UNCERTAIN = SkipReason.UNCERTAIN
 SKIP_ERROR = SkipReason.ERROR
 _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
+"""Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 _PRECISE_S = 0.002
 """The end of a claim's stagger slept in the loop's thread rather than on an asyncio timer."""
-"""Failures after which a write may have landed (no reply: lost, timed out, reset)."""
 
 OrphanHandler = Callable[[Grant], Awaitable[None]]
 """Takes over an adopted grant: run its tick, or release it."""
@@ -302,9 +302,9 @@ class TickLock(LeaseParty):
         if await self.wait_taken(tick, timeout=max(0.0, stagger - _PRECISE_S)):
             return True
         left = end - loop.time()
-        if left > 0:
+        if left > 0:  # the loop is held meanwhile, so the view cannot change: not taken
             time.sleep(left)  # noqa: ASYNC251 (at most _PRECISE_S: the claim's own moment)
-        return self.taken(tick)
+        return False
 
     async def _claim_now(
         self, tick: datetime, *, starting_deadline: float | timedelta | None, above: int

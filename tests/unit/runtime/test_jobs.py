@@ -211,3 +211,17 @@ def test_a_status_write_neither_validates_the_job_again_nor_updates_its_worker(
 
     assert run(scenario()) == [("start", "report", "once-per-tick"), ("update", "report", True)]
     assert validated == ["report", "report"]
+
+
+def test_a_job_once_converged_leaves_no_task_behind() -> None:
+    """Each job's convergence runs in a task of its own; once it is over, the table lets the
+    task go (10,000 jobs held 10,000 finished tasks)."""
+
+    async def scenario() -> int:
+        h = Harness("report")
+        for name in ("a", "b", "c"):
+            await h.send("ADDED", resource(name, handler="report"))
+        assert len(h.table.workers) == 3
+        return len(h.table._converging)
+
+    assert run(scenario()) == 0
