@@ -137,7 +137,9 @@ def measure_ticks(
             what=f"{name} ready",
         )
     if run.through == "runtime":
-        epoch = _runtime_ticks.pick_epoch(jobs=jobs, ticks=ticks, period=PERIOD_S)
+        epoch = _runtime_ticks.pick_epoch(
+            jobs=jobs, ticks=ticks, period=PERIOD_S, warm_up=bool(warm_up_jobs)
+        )
         _runtime_ticks.create_jobs(
             run.kubeconfig,
             run.namespace,
