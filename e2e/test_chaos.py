@@ -1,7 +1,7 @@
-"""`leasecron bench chaos` for a minute and a half, end to end: three replicas of the example app on a
-local control plane with the operator, under SIGKILLs, SIGSTOPs past the grant, kube-apiserver
-and etcd restarts, partitions, lost replies, 503s and clocks off by up to ±3 s, every handler
-side effect written to the bench's fenced ledger.
+"""`leasecron bench chaos` for a minute and a half, end to end: three replicas of the example
+app on a local control plane with the operator, under SIGKILLs, SIGSTOPs past the grant,
+kube-apiserver and etcd restarts, partitions, lost replies, 503s and clocks off by up to ±3 s,
+every handler side effect written to the bench's fenced ledger.
 
 Asserted: no tick's effect was accepted twice (0 duplicate effects after fencing), every tick
 that never ran is alarmed (a Missed JobRun) or recorded as a failed run, and each fault kind
