@@ -38,7 +38,7 @@ def raw_lease(spec: dict[str, Any], annotations: dict[str, str] | None = None) -
         "kind": "Lease",
         "metadata": {
             "name": LEASE,
-            "labels": {LABEL_ROLE: "job"},
+            "labels": {LABEL_ROLE: "guard"},
             "annotations": annotations or {},
         },
         "spec": spec,
@@ -159,4 +159,4 @@ def test_the_api_server_refuses_what_it_can_validate_itself(
 
 
 def test_the_selector_of_the_shared_cache_is_the_documented_one() -> None:
-    assert LEASE_SELECTOR == "leasecron.dev/role in (job,leader,shard,group)"
+    assert LEASE_SELECTOR == "leasecron.dev/role in (leader,shard,guard,group,job)"

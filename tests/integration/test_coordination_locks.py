@@ -100,7 +100,7 @@ def test_a_claim_writes_the_lease_like_client_go_with_token_and_tick(
     assert obj["spec"]["leaseDurationSeconds"] == 2
     assert obj["spec"]["leaseTransitions"] == 1
     assert obj["metadata"]["annotations"][ANNOTATION_TICK] == "2026-01-01T12:00:00Z"
-    assert obj["metadata"]["labels"]["leasecron.dev/role"] == "job"
+    assert obj["metadata"]["labels"]["leasecron.dev/role"] == "guard"
 
 
 def _spec_or_none(api: ApiClient, namespace: str) -> dict[str, Any] | None:

@@ -1,10 +1,13 @@
 """The operator as a subprocess against the real API server: validation conditions, handler
-coverage, the job's Lease, and kopf staying out of the objects (only status is written)."""
+coverage, the job's Lease, its own election Lease as `leasecron status` finds it, and kopf
+staying out of the objects (only status is written)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from click.testing import CliRunner
 from kubernetes.client import ApiClient, CustomObjectsApi
 from operator_helpers import (
     StartOperator,
@@ -15,6 +18,9 @@ from operator_helpers import (
     leases,
     poll,
 )
+
+from leasecron.cli import kubectl_plugin
+from leasecron.cli._status import NO_OPERATOR
 
 
 def test_valid_and_invalid_jobs_get_their_conditions_within_five_seconds(
@@ -124,7 +130,7 @@ def test_a_single_owner_job_gets_an_owned_labelled_lease_and_only_its_status_is_
         )
     labels = lease.metadata.labels  # type: ignore[attr-defined]
     assert labels["leasecron.dev/job"] == "report"
-    assert labels["leasecron.dev/role"] == "job"
+    assert labels["leasecron.dev/role"] == "leader"
     owners = lease.metadata.owner_references  # type: ignore[attr-defined]
     assert [(o.kind, o.name, o.uid) for o in owners] == [
         ("ScheduledJob", "report", created["metadata"]["uid"])
@@ -171,3 +177,21 @@ def test_a_sharded_job_shows_the_holder_of_its_shard_lease_while_it_runs(
             if lease.metadata.name == "leasecron-job-short"
         ]
         assert not own
+
+
+def test_the_operators_election_is_a_leader_lease_that_status_finds(
+    kube_api: ApiClient, kubeconfig: Path, namespace: str, start_operator: StartOperator
+) -> None:
+    apply_job(kube_api, namespace, "report", schedule="*/5 * * * *")
+    with start_operator():
+        [election] = [
+            o for o in leases(kube_api, namespace) if o.metadata.name == "leasecron-operator"
+        ]
+        labels = election.metadata.labels
+        assert labels["leasecron.dev/role"] == "leader"
+        assert labels["app.kubernetes.io/component"] == "operator"
+        args = ["status", "--kubeconfig", str(kubeconfig), "-n", namespace]
+        result = CliRunner().invoke(kubectl_plugin, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].split()[0] == "report"
+    assert NO_OPERATOR not in result.stderr

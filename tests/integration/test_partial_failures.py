@@ -216,7 +216,7 @@ def test_a_single_owner_term_after_its_lease_is_deleted_has_a_higher_token(
     leases.create_namespaced_lease(
         namespace,
         {
-            "metadata": {"name": name, "labels": {"leasecron.dev/role": "job"}},
+            "metadata": {"name": name, "labels": {"leasecron.dev/role": "leader"}},
             "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "leaseTransitions": 5},
         },
     )

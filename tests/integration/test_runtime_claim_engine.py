@@ -15,7 +15,6 @@ import pytest
 from kubernetes import client
 
 from leasecron import JobContext, Scheduler
-from leasecron.coordination.resourcelocks import ROLE_JOB
 from leasecron.kube.clients import Kube
 from leasecron.models.groups import ANNOTATION_SHARDS, TOKEN_BLOCK, group_lease_name
 from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
@@ -29,6 +28,7 @@ from leasecron.models.names import (
     jobrun_name,
 )
 from leasecron.models.shards import shard_lease_name, shard_of
+from leasecron.models.vocabulary import LEGACY_JOB
 from leasecron.runtime import Tuning
 from leasecron.testing import poll
 from leasecron.testing.faults import Fault, fault_plan
@@ -313,7 +313,7 @@ def test_a_job_claimed_on_its_own_lease_by_an_earlier_version_continues_above_th
     """Upgrading from per-job claims: the group record, created now, starts its token
     ceiling above every token a leasecron Lease of the namespace carries."""
     record = LeaseRecord(holder="", lease_duration_s=15, transitions=40)
-    body = lease_body(record, labels={LABEL_ROLE: ROLE_JOB, LABEL_JOB: "upgraded"})
+    body = lease_body(record, labels={LABEL_ROLE: LEGACY_JOB, LABEL_JOB: "upgraded"})
     body["metadata"]["name"] = job_lease_name("upgraded")
     client.CoordinationV1Api(kube_api).create_namespaced_lease(namespace, body)
     pairs = _schedulers(kube, namespace, 4)

@@ -46,11 +46,12 @@ from leasecron.bench._stats import (
     show,
     table,
 )
-from leasecron.coordination import ROLE_JOB, default_labels
+from leasecron.coordination import default_labels
 from leasecron.kube.leases import LeaseStore
 from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import job_lease_name
 from leasecron.models.shards import DEFAULT_SHARDS
+from leasecron.models.vocabulary import Role
 
 PERIOD_S = 1.0
 STARTING_DEADLINE_S = 60.0  # the ScheduledJob default; a tick not started by then is missed
@@ -83,7 +84,7 @@ def _free_job_leases(namespace: str, jobs: int) -> list[dict[str, Any]]:
     return [
         lease_body(
             LeaseRecord(name=job_lease_name(bench_job(index)), namespace=namespace),
-            labels=default_labels(ROLE_JOB),
+            labels=default_labels(Role.GUARD),
         )
         for index in range(jobs)
     ]

@@ -3,8 +3,8 @@ which of leasecron's Leases, with the fencing token, when the grant expires and 
 claimed; and a job's JobRuns, newest first.
 
 Owns the two tables (`lease_rows`, `run_rows`: pure, tested without a cluster) and one list
-request each. Leases are selected by the label `leasecron.dev/role` (job, leader, member,
-operator); "expires" is judged from the Lease's renewTime on this machine's clock.
+request each. Leases are selected by the label `leasecron.dev/role` (every role); "expires"
+is judged from the Lease's renewTime on this machine's clock.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from leasecron.models.leases import LeaseRecord, parse_lease, parse_micro_time
 from leasecron.models.names import (
     GROUP,
     JOBRUN_PLURAL,
+    LABEL_COMPONENT,
     LABEL_GROUP,
     LABEL_JOB,
     LABEL_ROLE,
@@ -46,6 +47,13 @@ from leasecron.models.names import (
     job_lease_name,
 )
 from leasecron.models.schedules import Schedule, ScheduleError
+from leasecron.models.vocabulary import (
+    COMPONENT_OPERATOR,
+    LEGACY_OPERATOR,
+    Role,
+    is_operator_lease,
+    role_of,
+)
 
 HEADERS = ("NAME", "BUCKET", "HOLDER", "LAST RUN", "OUTCOME", "NEXT", "READY", "REPLICAS")
 WIDE = ("SCHEDULE", "GROUP", "TOKEN", "MISSED")
@@ -147,7 +155,7 @@ class Cluster:
         operators = [
             o
             for o in self.leases
-            if mapping(mapping(o.get("metadata")).get("labels")).get(LABEL_ROLE) == "operator"
+            if is_operator_lease(mapping(mapping(o.get("metadata")).get("labels")))
         ]
         return any(live_holder(parse_lease(o), now) for o in operators)
 
@@ -161,7 +169,7 @@ def _covering_replicas(
     for obj in cluster.leases:
         metadata = mapping(obj.get("metadata"))
         labels = mapping(metadata.get("labels"))
-        if metadata.get("namespace") != namespace or labels.get(LABEL_ROLE) != "member":
+        if metadata.get("namespace") != namespace or role_of(labels) != Role.MEMBER:
             continue
         if labels.get(LABEL_GROUP) != group or not live_holder(parse_lease(obj), now):
             continue
@@ -287,9 +295,14 @@ async def _read(kube: Kube, target: Target) -> tuple[list[dict[str, Any]], Clust
     jobs = await ScheduledJobStore(kube).list(namespace=target.namespace)
     leases = await LeaseStore(kube).list(namespace=target.namespace, label_selector=LABEL_ROLE)
     try:  # the operator's election Lease lives in its own namespace
-        operators = await LeaseStore(kube).list(
-            namespace=None, label_selector=f"{LABEL_ROLE}=operator"
-        )
+        operators = [
+            lease
+            for selector in (
+                f"{LABEL_COMPONENT}={COMPONENT_OPERATOR}",
+                f"{LABEL_ROLE}={LEGACY_OPERATOR}",
+            )
+            for lease in await LeaseStore(kube).list(namespace=None, label_selector=selector)
+        ]
     except Exception:
         operators = []
     runs_store = ObjectStore(kube, group=GROUP, version=VERSION, plural=JOBRUN_PLURAL)

@@ -37,7 +37,6 @@ from leasecron.coordination.groups import (
 from leasecron.coordination.locks import Skipped, TickLock
 from leasecron.coordination.resourcelocks import (
     LEASE_SELECTOR,
-    ROLE_JOB,
     ROLE_LEADER,
     LeaseLock,
     default_labels,
@@ -57,15 +56,15 @@ def lease_informer(
     label_selector: str = LEASE_SELECTOR,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Informer:
-    """The Informer (not started) on `namespace`'s job, leader, shard and group-record Leases,
-    to share between all TickLocks, ShardLocks, GroupRecords and Electors of a process."""
+    """The Informer (not started) on `namespace`'s election, shard, tick-lock and group-record
+    Leases, to share between all TickLocks, ShardLocks, GroupRecords and Electors of a
+    process."""
     path = LeaseStore(kube).collection_path(namespace=namespace)
     return Informer(kube, path=path, label_selector=label_selector, clock=clock)
 
 
 __all__ = [
     "LEASE_SELECTOR",
-    "ROLE_JOB",
     "ROLE_LEADER",
     "BackgroundLoop",
     "ConfigError",

@@ -23,16 +23,18 @@ from leasecron.models.decisions import Observation
 from leasecron.models.groups import ROLE_GROUP
 from leasecron.models.leases import LeaseRecord, lease_body, with_annotations
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
-from leasecron.models.vocabulary import Role
+from leasecron.models.vocabulary import LEGACY_JOB, Role
 
-ROLE_JOB = Role.JOB
 ROLE_LEADER = Role.LEADER
 ROLE_SHARD = Role.SHARD
 ROLE_GUARD = Role.GUARD
-"""A guard's Lease (`runtime.Guard`): outside `LEASE_SELECTOR`; the operator reads a job
-guard's (labelled with its job) for the job's `status.holder` only."""
-LEASE_SELECTOR = f"{LABEL_ROLE} in ({ROLE_JOB},{ROLE_LEADER},{ROLE_SHARD},{ROLE_GROUP})"
-"""The label selector of the Leases a process watches for its locks and electors."""
+"""A tick lock's own Lease (`TickLock`; a `runtime.Guard`'s): the operator reads a job guard's
+(labelled with its job) for the job's `status.holder` only."""
+LEASE_SELECTOR = (
+    f"{LABEL_ROLE} in ({ROLE_LEADER},{ROLE_SHARD},{ROLE_GUARD},{ROLE_GROUP},{LEGACY_JOB})"
+)
+"""The label selector of the Leases a process watches for its locks and electors: every role
+but members and floors (with the elections earlier versions labelled `job`)."""
 
 
 class LeaseStoreLike(Protocol):
@@ -229,7 +231,7 @@ class LeaseParty:
     """One replica (`identity`) acting on one Lease through the process's shared view: what
     TickLock and Elector have in common (the Lease, the clock, the token floor)."""
 
-    role = ROLE_JOB
+    role = ROLE_LEADER
 
     def __init__(
         self,

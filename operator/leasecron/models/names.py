@@ -16,10 +16,11 @@ JOBRUN_PLURAL = "jobruns"
 
 LABEL_JOB = "leasecron.dev/job"
 LABEL_GROUP = "leasecron.dev/group"
-LABEL_ROLE = "leasecron.dev/role"  # job | leader | member (on Leases)
+LABEL_ROLE = "leasecron.dev/role"  # on Leases: models.vocabulary.Role
 LABEL_TRIGGER = "leasecron.dev/trigger"  # Manual | Backfill | Retry (on requested JobRuns)
 TRIGGER_RETRY = "Retry"  # the trigger label of a run whose retry was handed over
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"  # "operator" on the operator's election Lease
 MANAGED_BY = "leasecron"
 
 ANNOTATION_TICK = "leasecron.dev/tick"  # RFC 3339 UTC of the highest tick claimed on a job Lease

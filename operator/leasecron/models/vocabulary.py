@@ -9,28 +9,62 @@ comparisons with values read back from the API server). Owns the names only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from leasecron.models.names import LABEL_COMPONENT, LABEL_ROLE
 
 
 class Role(StrEnum):
-    """`leasecron.dev/role` of a Lease leasecron writes."""
+    """`leasecron.dev/role` of a Lease leasecron writes: what protocol the Lease serves."""
 
-    JOB = "job"
-    """A single-owner job's election Lease (and, for older versions, a job's tick Lease)."""
+    LEADER = "leader"
+    """An election, one holder for as long as it renews: a single-owner job's Lease
+    (`leasecron-job-<name>`, labelled `leasecron.dev/job`), the operator's (labelled
+    `app.kubernetes.io/component=operator`), or an `Elector` used directly."""
     SHARD = "shard"
     """One shard of a group's once-per-tick jobs: its recorded tick is the shard's mark."""
     GUARD = "guard"
-    """A guard's tick Lease (`leasecron-guard-<name>`)."""
+    """A tick lock on a Lease of its own: a guard's (`leasecron-guard-<name>`)."""
     GROUP = "group"
     """A group's record: its shard count, token ceiling and floor tick."""
     MEMBER = "member"
     """A replica's membership in its group, with the handlers it registered."""
-    LEADER = "leader"
-    """A leader election outside the jobs (`Elector` used directly)."""
     FLOORS = "floors"
     """The namespace's token floors: tombstones of deleted jobs' last tokens."""
-    OPERATOR = "operator"
-    """The operator's own leader election."""
+
+
+LEGACY_JOB = "job"
+"""The role earlier versions wrote on a job's election Lease (now `leader`)."""
+LEGACY_OPERATOR = "operator"
+"""The role earlier versions wrote on the operator's election Lease (now `leader`, with
+`app.kubernetes.io/component=operator`)."""
+LEGACY_ROLES: Mapping[str, Role] = MappingProxyType(
+    {LEGACY_JOB: Role.LEADER, LEGACY_OPERATOR: Role.LEADER}
+)
+"""Values earlier versions wrote, read as the role they are now; nothing writes them."""
+COMPONENT_OPERATOR = "operator"
+"""`app.kubernetes.io/component` of the operator's election Lease."""
+
+
+def role_of(labels: Mapping[str, Any]) -> Role | None:
+    """The role of a Lease with `labels` (a legacy value read as its current role); None
+    for a Lease leasecron did not label."""
+    value = str(labels.get(LABEL_ROLE) or "")
+    if value in LEGACY_ROLES:
+        return LEGACY_ROLES[value]
+    try:
+        return Role(value)
+    except ValueError:
+        return None
+
+
+def is_operator_lease(labels: Mapping[str, Any]) -> bool:
+    """Whether a Lease with `labels` is the operator's election Lease."""
+    component, role = labels.get(LABEL_COMPONENT), labels.get(LABEL_ROLE)
+    return component == COMPONENT_OPERATOR or role == LEGACY_OPERATOR
 
 
 class SkipReason(StrEnum):
@@ -74,4 +108,13 @@ class SkipReason(StrEnum):
     """A `job=` guard's ScheduledJob does not exist."""
 
 
-__all__ = ["Role", "SkipReason"]
+__all__ = [
+    "COMPONENT_OPERATOR",
+    "LEGACY_JOB",
+    "LEGACY_OPERATOR",
+    "LEGACY_ROLES",
+    "Role",
+    "SkipReason",
+    "is_operator_lease",
+    "role_of",
+]

@@ -30,7 +30,7 @@ from leasecron.operator._facts import JobFacts, JobRef
 
 COMPONENT = "leasecron-operator"
 REPORTING_COMPONENT = "leasecron.dev/operator"
-ROLE_JOB = Role.JOB
+ROLE_LEADER = Role.LEADER
 SCHEDULEDJOB_KIND = "ScheduledJob"
 
 
@@ -56,7 +56,7 @@ def job_lease(facts: JobFacts, *, transitions: int = 0) -> dict[str, Any]:
     record = LeaseRecord(name=name, namespace=facts.ref.namespace, transitions=transitions)
     labels = {
         LABEL_JOB: job_label_value(facts.ref.name),
-        LABEL_ROLE: ROLE_JOB,
+        LABEL_ROLE: ROLE_LEADER,
         LABEL_GROUP: facts.group,
         LABEL_MANAGED_BY: MANAGED_BY,
     }

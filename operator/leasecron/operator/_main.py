@@ -35,8 +35,8 @@ from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, backoff_delays
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock
 from leasecron.models.configs import ElectionConfig
-from leasecron.models.names import LABEL_ROLE
-from leasecron.models.vocabulary import Role
+from leasecron.models.names import LABEL_COMPONENT
+from leasecron.models.vocabulary import COMPONENT_OPERATOR
 from leasecron.operator._floors import FINALIZE_LIMIT_S
 from leasecron.operator._health import HealthServer
 from leasecron.operator._kopf import run_kopf
@@ -49,7 +49,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_LOST_LEADERSHIP = 3
 DEFAULT_LEASE = "leasecron-operator"
-ROLE_OPERATOR = Role.OPERATOR
 SHUTDOWN_S = 10.0
 
 
@@ -190,7 +189,7 @@ class OperatorProcess:
             identity=config.identity,
             clock=self._clock,
             on_stopped_leading=lambda _term: self._lost.set(),
-            labels={LABEL_ROLE: ROLE_OPERATOR},
+            labels={LABEL_COMPONENT: COMPONENT_OPERATOR},
         )
         self._elector = elector
         self._elector_task = elector.start()

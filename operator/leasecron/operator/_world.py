@@ -4,8 +4,9 @@ no request and no scan.
 
 Owns the caches and indexes, the mapping from a changed object to the jobs it affects (which
 it reports through `on_dirty`), and `snapshot()`. Leases are watched by the existence of the
-label `leasecron.dev/role`, so every role is seen: job Leases (single-owner), shard Leases and
-group records (once-per-tick), member Leases; JobRuns by `leasecron.dev/job`.
+label `leasecron.dev/role`, so every role is seen: election Leases (a single-owner job's is the
+`leader` Lease labelled with its job), shard Leases and group records (once-per-tick), member
+and guard Leases; JobRuns by `leasecron.dev/job`.
 
 A once-per-tick job's ticks are claimed on one shard Lease of its group: the group record
 (`leasecron-group-<group>`, annotation `leasecron.dev/shards`) gives the shard count, or
@@ -43,7 +44,7 @@ from leasecron.models.names import (
     job_lease_name,
 )
 from leasecron.models.specs import job_label_value
-from leasecron.models.vocabulary import Role
+from leasecron.models.vocabulary import Role, role_of
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import (
     Member,
@@ -55,7 +56,7 @@ from leasecron.operator._observed import (
 
 Key = tuple[str, str]
 """(namespace, name) of a ScheduledJob."""
-ROLE_JOB = Role.JOB
+ROLE_LEADER = Role.LEADER
 ROLE_SHARD = Role.SHARD
 SCHEDULEDJOB_KIND = "ScheduledJob"
 LeaseGone = Callable[[str, str, int], None]
@@ -257,7 +258,7 @@ class World:
             return
         namespace, name = _key(event.obj)
         labels = _labels(event.obj)
-        role, group = labels.get(LABEL_ROLE), str(labels.get(LABEL_GROUP) or "")
+        role, group = role_of(labels), str(labels.get(LABEL_GROUP) or "")
         if role == ROLE_MEMBER:
             members = self._member_index[(namespace, group)]
             if event.type == "DELETED":
@@ -283,7 +284,7 @@ class World:
                 self._on_dirty((namespace, job))
         else:
             job = self._by_label.get((namespace, str(labels.get(LABEL_JOB) or "")))
-            if event.type == "DELETED" and role == ROLE_JOB:
+            if event.type == "DELETED" and role == ROLE_LEADER:
                 self._lease_gone(namespace, job, event.obj)
             if job is not None and job_lease_name(job) == name:
                 self._on_dirty((namespace, job))

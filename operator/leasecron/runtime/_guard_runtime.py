@@ -179,7 +179,7 @@ class GuardRuntime:
         lock = self._locks.get(key)
         if lock is not None:
             return lock
-        labels: dict[str, str] = {LABEL_ROLE: ROLE_GUARD}
+        labels: dict[str, str] = {}  # the role is the lock's (`guard`)
         marks = self.marks(kube, settings)
         job, namespace = settings.job, settings.namespace
         if job is not None:

@@ -23,7 +23,7 @@ from leasecron.coordination import Elector, Term
 from leasecron.kube.errors import KubeError
 from leasecron.models.configs import ElectionConfig
 from leasecron.models.decisions import rendezvous_rank
-from leasecron.models.names import LABEL_JOB, LABEL_ROLE, job_lease_name
+from leasecron.models.names import LABEL_JOB, job_lease_name
 from leasecron.models.specs import JobRun, ScheduledJob, job_label_value
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._context import JobContext
@@ -121,7 +121,7 @@ class OwnerWorker:
         services, job = self._services, self._job
         party = services.party(
             name=job_lease_name(job.name),
-            labels={LABEL_JOB: job_label_value(job.name), LABEL_ROLE: "job"},
+            labels={LABEL_JOB: job_label_value(job.name)},
             owner_reference=owner_reference(job),
             floor=services.token_floor(job.name),
         )

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from leasecron.cli._inspect import lease_rows, run_rows
 from leasecron.cli._status import NO_OPERATOR, NO_STATUS, Cluster, status_rows
 from leasecron.models.groups import group_lease_name, shard_ref
@@ -102,8 +104,19 @@ def test_without_an_operator_status_is_read_from_leases_and_jobruns_and_says_so(
     assert notes == [NO_OPERATOR]
 
 
-def test_with_a_live_operator_its_status_is_shown_and_only_unwritten_jobs_fall_back() -> None:
-    operator = lease("leasecron-operator", role="operator", holder="op-1", namespace="system")
+OPERATOR_LABELS = [
+    pytest.param(
+        {"role": "leader", "labels": {"app.kubernetes.io/component": "operator"}}, id="now"
+    ),
+    pytest.param({"role": "operator"}, id="written-by-earlier-versions"),
+]
+
+
+@pytest.mark.parametrize("labels", OPERATOR_LABELS)
+def test_with_a_live_operator_its_status_is_shown_and_only_unwritten_jobs_fall_back(
+    labels: dict[str, Any],
+) -> None:
+    operator = lease("leasecron-operator", holder="op-1", namespace="system", **labels)
     written = job(
         "written",
         status={"observedGeneration": 1, "holder": "op-says", "replicas": 5},

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import kubernetes.client
+import pytest
 from operator_builders import START, clock, job_object
 
 from leasecron.kube.clients import Kube
@@ -58,7 +59,8 @@ def test_a_member_lease_marks_every_job_of_its_group_and_counts_as_a_member() ->
     assert [m.holder for m in view.live_members()] == ["replica-a"]
 
 
-def test_a_job_lease_marks_only_its_job() -> None:
+@pytest.mark.parametrize("role", ["leader", "job"])  # "job": as earlier versions labelled it
+def test_a_job_lease_marks_only_its_job(role: str) -> None:
     cache, marked = world()
     cache.upsert_job(job_object("a"))
     cache.upsert_job(job_object("b"))
@@ -66,7 +68,7 @@ def test_a_job_lease_marks_only_its_job() -> None:
     cache._lease_event(
         event(
             "MODIFIED",
-            lease("leasecron-job-a", **{"leasecron.dev/role": "job", "leasecron.dev/job": "a"}),
+            lease("leasecron-job-a", **{"leasecron.dev/role": role, "leasecron.dev/job": "a"}),
         )
     )
     assert marked == [("billing", "a")]
@@ -117,17 +119,23 @@ def test_a_deleted_job_lease_is_reported_with_its_owner_and_last_token() -> None
         on_dirty=lambda _key: None,
         on_lease_gone=lambda ns, job, token: gone.append((ns, job, token)),
     )
-    owned = lease("leasecron-job-report", **{"leasecron.dev/role": "job"})
+    owned = lease("leasecron-job-report", **{"leasecron.dev/role": "leader"})
     owned["metadata"]["ownerReferences"] = [{"kind": "ScheduledJob", "name": "report"}]
     owned["spec"]["leaseTransitions"] = 7
-    unused = lease("leasecron-job-idle", **{"leasecron.dev/role": "job"})
+    legacy = lease("leasecron-job-old", **{"leasecron.dev/role": "job"})  # an earlier version's
+    legacy["metadata"]["ownerReferences"] = [{"kind": "ScheduledJob", "name": "old"}]
+    legacy["spec"]["leaseTransitions"] = 3
+    unused = lease("leasecron-job-idle", **{"leasecron.dev/role": "leader"})
     unused["metadata"]["ownerReferences"] = [{"kind": "ScheduledJob", "name": "idle"}]
+    operator = lease("leasecron-operator", **{"leasecron.dev/role": "leader"})
+    operator["spec"]["leaseTransitions"] = 4
     floors = lease("leasecron-token-floors", **{"leasecron.dev/role": "floors"})
     member = lease("leasecron-member-g-a", **{"leasecron.dev/role": "member"})
-    for obj in (owned, unused, floors, member):
+    for obj in (owned, legacy, unused, operator, floors, member):
         cache._lease_event(event("MODIFIED", obj))
         cache._lease_event(event("DELETED", obj))
-    assert gone == [("billing", "report", 7)]  # a Lease that never granted has no floor
+    # a Lease that never granted has no floor; an election of no job is no job's
+    assert gone == [("billing", "report", 7), ("billing", "old", 3)]
 
 
 def shard_lease(name: str, *, holder: str = "replica-a", tick: str | None = None) -> dict[str, Any]:
