@@ -6,7 +6,7 @@ it. Does not decide what is valid; the models do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -93,9 +93,3 @@ def problems_from(error: ValidationError, *, prefix: str) -> list[FieldProblem]:
             value = MISSING
         found.append(FieldProblem(path=path, value=value, message=message))
     return found
-
-
-def raise_if_any(problems: Iterable[FieldProblem]) -> None:
-    found = list(problems)
-    if found:
-        raise SpecError(found)

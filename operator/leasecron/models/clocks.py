@@ -63,9 +63,5 @@ class FakeClock:
         self._mono += seconds
         self._wall += timedelta(seconds=seconds)
 
-    def skew_wall(self, seconds: float) -> None:
-        """Move the wall clock only, as NTP or a bad host clock would."""
-        self._wall += timedelta(seconds=seconds)
-
 
 SYSTEM_CLOCK = SystemClock()

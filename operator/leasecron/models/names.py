@@ -27,7 +27,6 @@ ANNOTATION_TICK = "leasecron.dev/tick"  # RFC 3339 UTC of the highest tick claim
 ANNOTATION_HANDLERS = "leasecron.dev/handlers"  # JSON list of handler names, on member Leases
 ANNOTATION_GUARD_HANDLERS = "leasecron.dev/guard-handlers"  # of those, the ones only guards run
 ANNOTATION_INCARNATION = "leasecron.dev/incarnation"  # random per process, on member Leases
-ANNOTATION_BUCKET = "leasecron.dev/bucket"
 
 _MAX_NAME = 253
 _INVALID = re.compile(r"[^a-z0-9.-]+")

@@ -173,8 +173,3 @@ def jitter_delay(job: str, tick: datetime, jitter: timedelta) -> float:
     digest = hashlib.sha256(f"{job}\x00{format_tick(tick)}".encode()).digest()
     fraction = int.from_bytes(digest[:8], "big") / 2**64
     return fraction * span
-
-
-def tick_key(job: str, tick: datetime) -> str:
-    """The rendezvous key of one tick of a job."""
-    return f"{job}/{format_tick(tick)}"
