@@ -119,6 +119,10 @@ class CountingStore:
         self.requests += 1
         return await self._store.replace(namespace=namespace, body=body, timeout=timeout)
 
+    async def delete(self, *, namespace: str, name: str) -> None:
+        self.requests += 1
+        await self._store.delete(namespace=namespace, name=name)
+
 
 class Counted(Protocol):
     """What counts the requests sent for one Lease (a `CountingStore`, or a transport

@@ -13,8 +13,9 @@ highest token on record for the job, taken from
   with `record_floor()` before a job's Lease goes, and which outlives the job (the floors
   Lease is owned by nothing).
 
-The floors Lease is a plain record: labelled `leasecron.dev/role=floors` (outside the
-`job`/`leader` selector that locks and electors watch), never held, one annotation per job
+The floors Lease is a plain record, written through its `LeaseLock` (`floors_lock`): labelled
+`leasecron.dev/role=floors` (outside the selector that locks and electors watch), never held
+(no holder, transitions 0), one annotation per job
 (`TOMBSTONE_PREFIX` + the job name, shortened with a hash when too long for an annotation
 key). A tombstone is never lowered and never removed; each costs about 80 bytes of the 256 KiB
 an object's annotations may hold, so a namespace keeps the tombstones of a few thousand
@@ -33,11 +34,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from leasecron.coordination.resourcelocks import LeaseLock, LeaseStoreLike
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
 from leasecron.kube.leases import LeaseStore
-from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
+from leasecron.models.clocks import SYSTEM_CLOCK
+from leasecron.models.leases import LeaseRecord
 from leasecron.models.vocabulary import Role
 
 FLOORS_LEASE = "leasecron-token-floors"  # one per namespace
@@ -122,19 +125,12 @@ async def token_floor(kube: Kube, *, namespace: str, job: str) -> int:
     return highest_token(job=job, runs=runs, scheduled_job=scheduled_job, floors=floors)
 
 
-def floors_lease_body(namespace: str, annotations: Mapping[str, str]) -> dict[str, Any]:
-    """A new floors Lease carrying `annotations`: never held, owned by nothing."""
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": FLOORS_LEASE,
-            "namespace": namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: ROLE_FLOORS},
-            "annotations": dict(annotations),
-        },
-        "spec": {},
-    }
+def floors_lock(kube: Kube | LeaseStoreLike, namespace: str) -> LeaseLock:
+    """The lock layer's handle on `namespace`'s floors Lease (never held, owned by nothing),
+    reading the server (no cache)."""
+    return LeaseLock.open(
+        kube, None, clock=SYSTEM_CLOCK, namespace=namespace, name=FLOORS_LEASE, role=ROLE_FLOORS
+    )
 
 
 async def record_floor(kube: Kube, *, namespace: str, job: str, token: int) -> None:
@@ -145,26 +141,24 @@ async def record_floor(kube: Kube, *, namespace: str, job: str, token: int) -> N
     KubeError when the store cannot be written."""
     if isinstance(token, bool) or not isinstance(token, int) or token < 0:
         raise ValueError(f"token: {token!r} is not a fencing token (an integer >= 0)")
-    key = tombstone_key(job)
-    leases = LeaseStore(kube)
+    changes = {tombstone_key(job): str(token)}
+    lock = floors_lock(kube, namespace)
     last: Conflict | AlreadyExists | None = None
     for _ in range(CONFLICT_RETRIES + 1):
-        current = await leases.get(namespace=namespace, name=FLOORS_LEASE)
+        current = await lock.get()
         if current is None:
             try:
-                await leases.create(
-                    namespace=namespace, body=floors_lease_body(namespace, {key: str(token)})
+                await lock.create(
+                    LeaseRecord(name=FLOORS_LEASE, namespace=namespace), annotations=changes
                 )
                 return
             except AlreadyExists as e:  # created meanwhile: read it and update
                 last = e
                 continue
-        if tombstone(current, job=job) >= token:
+        if tombstone(current.obj, job=job) >= token:
             return
-        metadata = dict(_mapping(current.get("metadata")))
-        metadata["annotations"] = {**_mapping(metadata.get("annotations")), key: str(token)}
         try:
-            await leases.replace(namespace=namespace, body={**current, "metadata": metadata})
+            await lock.annotate(changes, base=current)
             return
         except Conflict as e:
             last = e

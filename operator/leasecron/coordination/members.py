@@ -4,10 +4,11 @@ every other Lease of leasecron, and the pure rules about members (`member_body`,
 
 A member Lease is named `member_lease_name(group, identity)`, labelled with its group and
 `role=member`, holds its replica, and is annotated with the JSON list of its handler names. It
-is written create-or-replace at the version this replica wrote last; a conflict, a NotFound or
-a reply that was lost (the write may have landed) is answered by reading it back and writing
-again. A member is live while its Lease changed less than its leaseDurationSeconds ago by the
-reader's monotonic clock (the same rule as any grant, docs/design.md §5.2).
+is written through its `LeaseLock` (as every Lease of leasecron), create-or-replace at the
+version this replica wrote last; a conflict, a NotFound or a reply that was lost (the write
+may have landed) is answered by reading it back and writing again. A member is live while
+its Lease changed less than its leaseDurationSeconds ago by the reader's monotonic clock (the
+same rule as any grant, docs/design.md §5.2).
 
 A process may keep one Lease name from several places: a Scheduler's `Membership` and the
 member Leases of its job guards (`runtime._guard_members`, one per event loop with guards)
@@ -32,11 +33,17 @@ from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron._metrics import IDENTITY_CONFLICTS
+from leasecron.coordination.resourcelocks import LeaseLock, LeaseStoreLike
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, OutcomeUnknown
-from leasecron.kube.leases import LeaseStore
 from leasecron.models.clocks import Clock
 from leasecron.models.decisions import Observation, grant_live
-from leasecron.models.leases import LeaseRecord, lease_annotations, lease_body, parse_lease
+from leasecron.models.leases import (
+    LeaseRecord,
+    lease_annotations,
+    lease_body,
+    parse_lease,
+    with_annotations,
+)
 from leasecron.models.names import (
     ANNOTATION_GUARD_HANDLERS,
     ANNOTATION_HANDLERS,
@@ -89,19 +96,26 @@ def member_body(
     incarnation: str = "",
     guarded: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The member Lease for `record`, labelled and annotated with the handler names, those of
-    them only its guests (job guards, which run a job only when their own scheduler fires
-    it) advertise, and the writing process's incarnation."""
+    """The member Lease for `record`, labelled and annotated (`member_annotations`)."""
     labels = {LABEL_GROUP: group, LABEL_ROLE: ROLE_MEMBER, LABEL_MANAGED_BY: MANAGED_BY}
     body = lease_body(record, base=base, labels=labels)
-    annotations = body["metadata"].setdefault("annotations", {})
-    annotations[ANNOTATION_HANDLERS] = json.dumps(sorted(handlers), separators=(",", ":"))
-    annotations.pop(ANNOTATION_GUARD_HANDLERS, None)
-    if guarded:
-        annotations[ANNOTATION_GUARD_HANDLERS] = json.dumps(sorted(guarded), separators=(",", ":"))
-    if incarnation:
-        annotations[ANNOTATION_INCARNATION] = incarnation
-    return body
+    changes = member_annotations(handlers=handlers, guarded=guarded, incarnation=incarnation)
+    return with_annotations(body, changes)
+
+
+def member_annotations(
+    *, handlers: Sequence[str], guarded: Sequence[str], incarnation: str
+) -> dict[str, str | None]:
+    """The handler names, those of them only its guests (job guards, which run a job only
+    when their own scheduler fires it) advertise, and the writing process's incarnation (None:
+    the annotation removed)."""
+    return {
+        ANNOTATION_HANDLERS: json.dumps(sorted(handlers), separators=(",", ":")),
+        ANNOTATION_GUARD_HANDLERS: (
+            json.dumps(sorted(guarded), separators=(",", ":")) if guarded else None
+        ),
+        ANNOTATION_INCARNATION: incarnation or None,
+    }
 
 
 def advertised_handlers(obj: object, *, annotation: str = ANNOTATION_HANDLERS) -> frozenset[str]:
@@ -153,7 +167,7 @@ class MemberLease:
 
     def __init__(
         self,
-        leases: LeaseStore,
+        leases: LeaseStoreLike,
         *,
         namespace: str,
         group: str,
@@ -163,11 +177,19 @@ class MemberLease:
         duration_s: int,
         guest: bool = False,
     ) -> None:
-        self._leases = leases
         self.namespace = namespace
         self.group = group
         self.identity = identity
         self.name = member_lease_name(group, identity)
+        self._lock = LeaseLock.open(
+            leases,
+            None,
+            clock=clock,
+            namespace=namespace,
+            name=self.name,
+            role=ROLE_MEMBER,
+            labels={LABEL_GROUP: group},
+        )
         self._handlers = handlers
         self._clock = clock
         self._duration_s = duration_s
@@ -252,24 +274,23 @@ class MemberLease:
             if self.guest and self._hosted():
                 return
             handlers, guarded = self._all_handlers()
-            body = member_body(
-                record=self._record(),
-                group=self.group,
-                handlers=handlers,
-                guarded=guarded,
-                base=self._current,
-                incarnation=self.incarnation,
+            changes = member_annotations(
+                handlers=handlers, guarded=guarded, incarnation=self.incarnation
             )
             renewing = self._current is not None
             try:
                 if renewing:
-                    self._current = await self._leases.replace(namespace=self.namespace, body=body)
+                    base = self._lock.observe()
+                    self._current = await self._lock.update(
+                        self._record(), base=base, annotations=changes
+                    )
                 else:
-                    self._current = await self._leases.create(namespace=self.namespace, body=body)
+                    self._current = await self._lock.create(self._record(), annotations=changes)
                 self._wrote()
                 return
             except (Conflict, NotFound, AlreadyExists, OutcomeUnknown) as e:
-                self._current = await self._leases.get(namespace=self.namespace, name=self.name)
+                seen = await self._lock.get()
+                self._current = seen.obj if seen is not None else None
                 if renewing and isinstance(e, Conflict):
                     self._check_identity(self._current)
         raise Conflict(f"member Lease {self.name} kept changing under us", reason="Conflict")
@@ -317,7 +338,7 @@ class MemberLease:
             self._current = None
             return
         try:
-            await self._leases.delete(namespace=self.namespace, name=self.name)
+            await self._lock.delete()
         except KubeError as e:
             _log.info("member Lease not deleted", lease=self.name, error=repr(e))
         self._current = None

@@ -66,6 +66,8 @@ class LeaseStoreLike(Protocol):
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]: ...
 
+    async def delete(self, *, namespace: str, name: str) -> None: ...
+
 
 def lease_store(kube: Kube | LeaseStoreLike) -> LeaseStoreLike:
     """A LeaseStore over `kube`, or `kube` itself when it already is a store."""
@@ -176,10 +178,12 @@ class LeaseLock:
         record: LeaseRecord,
         *,
         base: Seen | None,
+        annotations: Mapping[str, str | None] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
-        """PUT `record` conditionally on its resourceVersion; Conflict when it is stale."""
-        body = self.body(record, base=base)
+        """PUT `record` (and `annotations`; None: removed) conditionally on its
+        resourceVersion; Conflict when it is stale."""
+        body = with_annotations(self.body(record, base=base), annotations or {})
         obj = await self.store.replace(namespace=self.namespace, body=body, timeout=timeout)
         self.view.note(obj)
         return obj
@@ -197,6 +201,11 @@ class LeaseLock:
         obj = await self.store.replace(namespace=self.namespace, body=body, timeout=timeout)
         self.view.note(obj)
         return obj
+
+    async def delete(self) -> None:
+        """Delete the Lease (one already gone is not an error) and forget it."""
+        await self.store.delete(namespace=self.namespace, name=self.name)
+        self.view.forget(self.namespace, self.name)
 
 
 TokenFloor = Callable[[], Awaitable[int]]

@@ -1,6 +1,7 @@
-"""The objects the operator creates or patches, built as plain dicts: the job's Lease (owned
-by its ScheduledJob, so garbage collection removes it with the job), `Missed` and `Abandoned`
-JobRuns, and core/v1 Warning Events about a ScheduledJob.
+"""The objects the operator creates or patches, built as plain dicts: the labels and owner of
+the job's Lease (owned by its ScheduledJob, so garbage collection removes it with the job; the
+lock layer builds the Lease), `Missed` and `Abandoned` JobRuns, and core/v1 Warning Events
+about a ScheduledJob.
 
 Pure: no I/O. Names and labels come from `models.names`; JobRun bodies from
 `models.specs.JobRun`, so the operator writes exactly what replicas write.
@@ -13,24 +14,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from leasecron.models.leases import LeaseRecord, lease_body
 from leasecron.models.names import (
     API_VERSION,
     LABEL_GROUP,
     LABEL_JOB,
-    LABEL_MANAGED_BY,
-    LABEL_ROLE,
-    MANAGED_BY,
     dns_name,
     format_tick,
 )
 from leasecron.models.specs import JobRun, Outcome, job_label_value
-from leasecron.models.vocabulary import Role
 from leasecron.operator._facts import JobFacts, JobRef
 
 COMPONENT = "leasecron-operator"
 REPORTING_COMPONENT = "leasecron.dev/operator"
-ROLE_LEADER = Role.LEADER
 SCHEDULEDJOB_KIND = "ScheduledJob"
 
 
@@ -45,22 +40,9 @@ def owner_reference(ref: JobRef) -> dict[str, Any]:
     }
 
 
-def job_lease(facts: JobFacts, *, transitions: int = 0) -> dict[str, Any]:
-    """A free Lease for a coordinated job, labelled and owned by the job (create only).
-    `transitions` is the job's token floor: the first grant on the Lease gets the next one."""
-    name = facts.job_lease
-    if name is None:
-        raise ValueError(f"job {facts.ref.name} ({facts.bucket}) has no Lease of its own")
-    if transitions < 0:
-        raise ValueError(f"transitions: {transitions} is below 0")
-    record = LeaseRecord(name=name, namespace=facts.ref.namespace, transitions=transitions)
-    labels = {
-        LABEL_JOB: job_label_value(facts.ref.name),
-        LABEL_ROLE: ROLE_LEADER,
-        LABEL_GROUP: facts.group,
-        LABEL_MANAGED_BY: MANAGED_BY,
-    }
-    return lease_body(record, labels=labels, owner_reference=owner_reference(facts.ref))
+def job_lease_labels(facts: JobFacts) -> dict[str, str]:
+    """The labels of a job's own (election) Lease, beside the lock layer's role and manager."""
+    return {LABEL_JOB: job_label_value(facts.ref.name), LABEL_GROUP: facts.group}
 
 
 def missed_run(facts: JobFacts, *, tick: datetime, now: datetime, message: str) -> dict[str, Any]:

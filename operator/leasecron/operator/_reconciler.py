@@ -284,9 +284,7 @@ class Reconciler:
         ns, job = facts.ref.namespace, facts.ref.name
         try:
             floor = await self.floors.lease_floor(obj, facts, snapshot)
-            await self.writer.create_lease(
-                namespace=ns, body=_bodies.job_lease(facts, transitions=floor)
-            )
+            await self.writer.create_job_lease(facts, transitions=floor)
             _log.debug("created job lease", namespace=ns, job=job, floor=floor)
         except AlreadyExists:
             _log.debug("job lease exists", namespace=ns, job=job)

@@ -2,9 +2,10 @@
 before anything is sent) whenever `may_write()` says this process is not the active
 operator. So a standby, or a leader that has just lost its Lease, writes nothing.
 
-Owns the write calls (create Lease, raise a token floor, create/patch/delete JobRun, create
-Event, patch ScheduledJob status, add or remove the operator's finalizer) and their counting.
-It does not retry or interpret errors: the reconciler does.
+Owns the write calls (create a job's Lease and raise a token floor, both through the lock
+layer as every Lease write; create/patch/delete JobRun, create Event, patch ScheduledJob
+status, add or remove the operator's finalizer) and their counting. It does not retry or
+interpret errors: the reconciler does.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 from leasecron.coordination.floors import record_floor
+from leasecron.coordination.resourcelocks import LeaseLock
 from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import JobRunStore
-from leasecron.kube.leases import LeaseStore
 from leasecron.kube.objects import MERGE_PATCH, ObjectStore
+from leasecron.models.clocks import SYSTEM_CLOCK
+from leasecron.models.leases import LeaseRecord
 from leasecron.models.names import GROUP, SCHEDULEDJOB_PLURAL, VERSION
+from leasecron.models.vocabulary import Role
+from leasecron.operator import _bodies
+from leasecron.operator._facts import JobFacts
 from leasecron.operator._metrics import STATUS_PATCHES, WRITES
 
 FIELD_MANAGER = "leasecron-operator"
@@ -35,7 +41,6 @@ class Writer:
 
     def __init__(self, kube: Kube, *, may_write: Callable[[], bool]) -> None:
         self._may_write = may_write
-        self._leases = LeaseStore(kube)
         self._runs = JobRunStore(kube)
         self._kube = kube
         self._jobs = ObjectStore(kube, group=GROUP, version=VERSION, plural=SCHEDULEDJOB_PLURAL)
@@ -46,9 +51,27 @@ class Writer:
             raise Fenced(f"not the active operator: refusing to write a {kind}")
         WRITES.labels(kind=kind).inc()
 
-    async def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_job_lease(self, facts: JobFacts, *, transitions: int) -> dict[str, Any]:
+        """Create the job's own Lease through the lock layer: free, labelled and owned by the
+        job, at `transitions` (its token floor: the first grant gets the next token)."""
+        name, namespace = facts.job_lease, facts.ref.namespace
+        if name is None:
+            raise ValueError(f"job {facts.ref.name} ({facts.bucket}) has no Lease of its own")
+        if transitions < 0:
+            raise ValueError(f"transitions: {transitions} is below 0")
         self._check("Lease")
-        return await self._leases.create(namespace=namespace, body=body)
+        lock = LeaseLock.open(
+            self._kube,
+            None,
+            clock=SYSTEM_CLOCK,
+            namespace=namespace,
+            name=name,
+            role=Role.LEADER,
+            labels=_bodies.job_lease_labels(facts),
+            owner_reference=_bodies.owner_reference(facts.ref),
+        )
+        record = LeaseRecord(name=name, namespace=namespace, transitions=transitions)
+        return await lock.create(record)
 
     async def record_floor(self, *, namespace: str, job: str, token: int) -> None:
         """Raise `job`'s tombstone on the namespace's floors Lease to at least `token`."""

@@ -4,17 +4,22 @@ job name, distinct per job, and the highest token is read from every record of a
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
 from leasecron.coordination.floors import (
     FLOORS_LEASE,
-    floors_lease_body,
+    floors_lock,
     highest_token,
     tombstone,
     tombstone_key,
 )
 from leasecron.coordination.resourcelocks import LEASE_SELECTOR
+from leasecron.models.leases import LeaseRecord, with_annotations
+
+UNUSED_STORE: Any = object()
+"""Stands for the store of a lock that only builds bodies here (sends nothing)."""
 
 # k8s.io/apimachinery IsQualifiedName: a DNS-1123 subdomain prefix, "/", a name part of at
 # most 63 characters that starts and ends alphanumeric.
@@ -62,6 +67,14 @@ def test_an_empty_job_name_is_refused_with_the_field_named() -> None:
         tombstone_key("")
 
 
+def floors_lease_body(namespace: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """The floors Lease `record_floor` creates, carrying `annotations`."""
+    record = LeaseRecord(name=FLOORS_LEASE, namespace=namespace)
+    return with_annotations(
+        floors_lock(UNUSED_STORE, namespace).body(record, base=None), annotations
+    )
+
+
 def test_the_floors_lease_is_outside_what_locks_and_electors_watch() -> None:
     body = floors_lease_body("billing", {})
     labels = body["metadata"]["labels"]
@@ -69,7 +82,7 @@ def test_the_floors_lease_is_outside_what_locks_and_electors_watch() -> None:
     assert labels["leasecron.dev/role"] == "floors"
     assert "floors" not in LEASE_SELECTOR
     assert "ownerReferences" not in body["metadata"]
-    assert body["spec"] == {}
+    assert body["spec"] == {"holderIdentity": "", "leaseTransitions": 0}  # never held
 
 
 def test_the_highest_token_comes_from_runs_status_and_tombstone() -> None:
