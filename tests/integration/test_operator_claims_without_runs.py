@@ -173,7 +173,7 @@ def test_runs_whose_records_take_seconds_to_write_raise_no_missed_run_alarm(
         apply_job(kube_api, namespace, "slow-records", **spec)
         scheduler.start()
         try:
-            assert capture.wait_calls(8, timeout=60)
+            assert capture.wait_calls(5, timeout=60)
             ran = {ctx.tick for ctx in capture.contexts}
             poll(
                 lambda: all(run_of_job(kube_api, namespace, "slow-records", t) for t in ran),
