@@ -46,6 +46,8 @@ from leasecron.models.durations import DurationError, parse_duration
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _REFERENCE = datetime(2000, 1, 1)
 _LOOKBACK = timedelta(days=366 * 16)
+_ANSWERS = 1024
+"""Answers a cron schedule remembers (all forgotten at once when full)."""
 _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -79,17 +81,27 @@ class ScheduleError(ValueError):
 
 
 class _Cron:
-    """One croniter reused under a lock: building one per lookup costs four times as much."""
+    """One croniter reused under a lock (building one per lookup costs four times as much),
+    with its latest answers remembered: the jobs that share a schedule (one `Schedule` per
+    expression and time zone) ask for the tick after the same instant, one per job of a shard
+    at each claim, and one answer can take croniter milliseconds."""
 
     def __init__(self, expression: str) -> None:
         self.expression = expression
         self._iter = croniter(expression, _REFERENCE, ret_type=datetime)
         self._lock = threading.Lock()
+        self._answers: dict[datetime, datetime] = {}
 
     def next_wall(self, after: datetime) -> datetime:
         """The first matching naive wall time strictly after the naive `after`."""
         with self._lock:
-            return cast(datetime, self._iter.get_next(datetime, start_time=after))
+            found = self._answers.get(after)
+            if found is None:
+                found = cast(datetime, self._iter.get_next(datetime, start_time=after))
+                if len(self._answers) >= _ANSWERS:
+                    self._answers.clear()
+                self._answers[after] = found
+            return found
 
 
 @dataclass(frozen=True)

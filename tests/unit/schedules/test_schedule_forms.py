@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import croniter
 import pytest
 
 from leasecron.models.schedules import Schedule, ScheduleError
@@ -178,3 +179,25 @@ def test_schedules_compare_by_expression_and_zone() -> None:
     assert Schedule.parse("0 * * * *") == Schedule.parse("0 * * * *")
     assert Schedule.parse("0 * * * *") != Schedule.parse("0 * * * *", time_zone="Europe/Berlin")
     assert str(Schedule.parse("@every 5s")) == "@every 5s"
+
+
+def test_a_schedule_asked_again_after_one_instant_answers_without_croniter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schedule = Schedule.parse("30 15 10 6 * *")  # 10:15:30 on the 6th: a long search
+    after = datetime(2026, 12, 6, 10, 13, 0, tzinfo=UTC)
+    first = schedule.next_after(after)
+    calls = 0
+    real = croniter.croniter.get_next
+
+    def counted(self: croniter.croniter, *args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(croniter.croniter, "get_next", counted)
+    assert [schedule.next_after(after) for _ in range(3)] == [first] * 3
+    assert calls == 0
+    assert first == datetime(2026, 12, 6, 10, 15, 30, tzinfo=UTC)
+    assert schedule.next_after(first) == datetime(2027, 1, 6, 10, 15, 30, tzinfo=UTC)
+    assert calls == 1
