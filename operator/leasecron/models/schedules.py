@@ -81,27 +81,17 @@ class ScheduleError(ValueError):
 
 
 class _Cron:
-    """One croniter reused under a lock (building one per lookup costs four times as much),
-    with its latest answers remembered: the jobs that share a schedule (one `Schedule` per
-    expression and time zone) ask for the tick after the same instant, one per job of a shard
-    at each claim, and one answer can take croniter milliseconds."""
+    """One croniter reused under a lock: building one per lookup costs four times as much."""
 
     def __init__(self, expression: str) -> None:
         self.expression = expression
         self._iter = croniter(expression, _REFERENCE, ret_type=datetime)
         self._lock = threading.Lock()
-        self._answers: dict[datetime, datetime] = {}
 
     def next_wall(self, after: datetime) -> datetime:
         """The first matching naive wall time strictly after the naive `after`."""
         with self._lock:
-            found = self._answers.get(after)
-            if found is None:
-                found = cast(datetime, self._iter.get_next(datetime, start_time=after))
-                if len(self._answers) >= _ANSWERS:
-                    self._answers.clear()
-                self._answers[after] = found
-            return found
+            return cast(datetime, self._iter.get_next(datetime, start_time=after))
 
 
 @dataclass(frozen=True)
@@ -119,6 +109,10 @@ class Schedule:
     """True for `@every` and for cron whose hour field covers every hour (see module doc)."""
     _cron: _Cron | None = field(repr=False, compare=False)
     _zone: ZoneInfo = field(repr=False, compare=False)
+    _answers: dict[datetime, datetime] = field(default_factory=dict, repr=False, compare=False)
+    """The latest answers of `next_after`: the jobs that share a schedule (one `Schedule` per
+    expression and time zone) ask for the tick after the same instant, one per job of a shard
+    at each claim, and one answer can take croniter and the zone's rules milliseconds."""
 
     @classmethod
     def parse(cls, expression: str, *, time_zone: str = "UTC") -> Schedule:
@@ -151,10 +145,18 @@ class Schedule:
         instant = _utc(moment)
         if self.every is not None:
             return _next_every(self.every, instant)
+        found = self._answers.get(instant)
+        if found is not None:
+            return found
         assert self._cron is not None
         if self.follows_real_time:
-            return self._next_real_time(self._cron, instant)
-        return self._next_wall_clock(self._cron, instant)
+            found = self._next_real_time(self._cron, instant)
+        else:
+            found = self._next_wall_clock(self._cron, instant)
+        if len(self._answers) >= _ANSWERS:
+            self._answers.clear()
+        self._answers[instant] = found
+        return found
 
     def latest_at_or_before(self, moment: datetime) -> datetime | None:
         """The last tick at or before `moment`; None if there was none in the 16 years before."""

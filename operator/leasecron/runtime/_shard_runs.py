@@ -70,7 +70,8 @@ class ShardRuns:
             if settled is not None and not settled.done():
                 settled.set_result(None)
             state = self._group.state()
-            others = [e for e in self._jobs.of_shard(ref, state.shards) if e not in due]
+            chosen = set(due)  # a set: a shard may hold thousands of jobs
+            others = [e for e in self._jobs.of_shard(ref, state.shards) if e not in chosen]
             marks = await _first_claim_marks(
                 services, grant, [*due, *others], floor=state.floor_tick
             )
