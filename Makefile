@@ -11,6 +11,8 @@ PYTEST_ARGS ?=
 IMAGE ?= leasecron/operator:dev
 LOCK_ARGS ?=
 PYTHON_IMAGE ?=
+# mypy's cache outside the repository too, so a fresh clone checks in a second, not 25
+MYPY_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/leasecron/mypy
 
 .PHONY: all venv controlplane node stores lint test unit integration demo bench clean lock image image-smoke actionlint docs docs-check
 
@@ -51,7 +53,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 
 test: venv controlplane node stores
 	$(BIN)/ruff check .
@@ -60,7 +62,7 @@ test: venv controlplane node stores
 	@bash e2e/tools/actionlint.sh
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q
 	$(BIN)/pytest $(PYTEST_ARGS)
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

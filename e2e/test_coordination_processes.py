@@ -133,7 +133,7 @@ def unaccounted_ticks(group: list[Replica], count: int) -> dict[int, dict[int, s
 def test_five_processes_grant_every_tick_exactly_once_with_rising_tokens(
     spawn: Callable[..., Replica], namespace: str
 ) -> None:
-    count = 300
+    count = 240
     group = run_ticks(spawn, namespace, skews=[0.0] * 5, count=count, period=PERIOD)
     grants = grants_of(group)
     per_tick = Counter(k for k, _, _ in grants)

@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(420)]
 
-SECONDS = 20
+SECONDS = 16
 REPLICAS = 3
 LEASE_DURATION = 3.0  # examples/jobs/queue-poller.yaml
 RENEW_DEADLINE = 2.0  # examples/jobs/queue-poller.yaml
