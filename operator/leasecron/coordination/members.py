@@ -1,5 +1,5 @@
 """`MemberLease`: a replica's membership Lease in its group, written through coordination like
-every other Lease of leasecron, and the pure rules about members (`member_body`,
+every other Lease of leasecron, and the pure rules about members (`member_annotations`,
 `live_members`, `member_selector`).
 
 A member Lease is named `member_lease_name(group, identity)`, labelled with its group and
@@ -40,18 +40,14 @@ from leasecron.models.decisions import Observation, grant_live
 from leasecron.models.leases import (
     LeaseRecord,
     lease_annotations,
-    lease_body,
     parse_lease,
-    with_annotations,
 )
 from leasecron.models.names import (
     ANNOTATION_GUARD_HANDLERS,
     ANNOTATION_HANDLERS,
     ANNOTATION_INCARNATION,
     LABEL_GROUP,
-    LABEL_MANAGED_BY,
     LABEL_ROLE,
-    MANAGED_BY,
     member_lease_name,
 )
 from leasecron.models.vocabulary import Role
@@ -85,22 +81,6 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 def member_selector(group: str) -> str:
     """The label selector of a group's member Leases."""
     return f"{LABEL_GROUP}={group},{LABEL_ROLE}={ROLE_MEMBER}"
-
-
-def member_body(
-    *,
-    record: LeaseRecord,
-    group: str,
-    handlers: Sequence[str],
-    base: dict[str, Any] | None = None,
-    incarnation: str = "",
-    guarded: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The member Lease for `record`, labelled and annotated (`member_annotations`)."""
-    labels = {LABEL_GROUP: group, LABEL_ROLE: ROLE_MEMBER, LABEL_MANAGED_BY: MANAGED_BY}
-    body = lease_body(record, base=base, labels=labels)
-    changes = member_annotations(handlers=handlers, guarded=guarded, incarnation=incarnation)
-    return with_annotations(body, changes)
 
 
 def member_annotations(

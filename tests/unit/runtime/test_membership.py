@@ -1,16 +1,53 @@
-"""Member Leases: the body a replica writes, and who counts as a live member."""
+"""Member Leases: the body a replica writes (through its `MemberLease`), and who counts as a
+live member."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
 
-from leasecron.coordination.members import live_members, member_body, member_selector
+from leasecron.coordination.members import MemberLease, live_members, member_selector
 from leasecron.models.clocks import FakeClock
-from leasecron.models.leases import LeaseRecord
+from leasecron.models.leases import LeaseRecord, lease_body
+from leasecron.models.names import member_lease_name
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Recording:
+    """A store that keeps the body of each create (no server behind it)."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    async def create(
+        self,
+        *,
+        namespace: str,
+        body: dict[str, Any],
+        timeout: object = None,  # noqa: ASYNC109
+    ) -> Any:
+        self.created.append(body)
+        return body
+
+
+def member_body(*, identity: str, group: str, handlers: list[str], duration: int = 15) -> Any:
+    """What a replica's MemberLease writes first (its create)."""
+    store = Recording()
+    lease = MemberLease(
+        store,  # type: ignore[arg-type]
+        namespace="ns",
+        group=group,
+        identity=identity,
+        handlers=lambda: handlers,
+        clock=FakeClock(),
+        duration_s=duration,
+    )
+    asyncio.run(lease.write())
+    [body] = store.created
+    return body
 
 
 def record(holder: str, *, duration: int = 15) -> LeaseRecord:
@@ -26,7 +63,7 @@ def record(holder: str, *, duration: int = 15) -> LeaseRecord:
 
 
 def test_the_member_lease_is_labelled_for_the_group_and_lists_the_handlers() -> None:
-    body = member_body(record=record("pod-a"), group="billing", handlers=["b", "a"])
+    body = member_body(identity="pod-a", group="billing", handlers=["b", "a"])
     assert body["metadata"]["labels"]["leasecron.dev/group"] == "billing"
     assert body["metadata"]["labels"]["leasecron.dev/role"] == "member"
     assert json.loads(body["metadata"]["annotations"]["leasecron.dev/handlers"]) == ["a", "b"]
@@ -38,12 +75,12 @@ def test_the_member_lease_is_labelled_for_the_group_and_lists_the_handlers() -> 
 def test_a_member_is_live_until_its_lease_went_unchanged_for_its_duration() -> None:
     clock = FakeClock()
     objects = [
-        member_body(record=record("a", duration=15), group="g", handlers=[]),
-        member_body(record=record("b", duration=3), group="g", handlers=[]),
+        member_body(identity="a", group="g", handlers=[], duration=15),
+        member_body(identity="b", group="g", handlers=[], duration=3),
     ]
     seen: dict[tuple[str | None, str], float] = {
-        ("ns", "leasecron-member-g-a"): clock.monotonic(),
-        ("ns", "leasecron-member-g-b"): clock.monotonic(),
+        ("ns", member_lease_name("g", "a")): clock.monotonic(),
+        ("ns", member_lease_name("g", "b")): clock.monotonic(),
     }
 
     def members() -> list[str]:
@@ -63,8 +100,8 @@ def test_a_member_is_live_until_its_lease_went_unchanged_for_its_duration() -> N
 
 
 def test_leases_without_a_holder_or_never_observed_do_not_count() -> None:
-    free: dict[str, Any] = member_body(record=record(""), group="g", handlers=[])
-    unseen = member_body(record=record("ghost"), group="g", handlers=[])
+    free: dict[str, Any] = lease_body(record(""), labels={"leasecron.dev/role": "member"})
+    unseen = member_body(identity="ghost", group="g", handlers=[])
     assert live_members(
         [free, unseen], observed_at=lambda ns, name: None, now=0.0, identity="me", fallback_s=15
     ) == ["me"]
