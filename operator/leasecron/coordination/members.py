@@ -24,6 +24,7 @@ What it does not promise: that two replicas see the same member list at every in
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -102,8 +103,14 @@ def advertised_handlers(obj: object, *, annotation: str = ANNOTATION_HANDLERS) -
     """The handler names a raw member Lease advertises (with `ANNOTATION_GUARD_HANDLERS`:
     those only its job guards run); empty when absent or unreadable."""
     raw = lease_annotations(obj).get(annotation)
-    if not isinstance(raw, str):
-        return frozenset()
+    return _handler_names(raw) if isinstance(raw, str) else frozenset()
+
+
+@functools.lru_cache(maxsize=256)
+def _handler_names(raw: str) -> frozenset[str]:
+    """The names in one raw handlers annotation. Remembered: every claim of a large instant
+    asks for the members' handlers, and a member's list of thousands of names costs a
+    millisecond to parse (the same string object hashes once)."""
     try:
         names = json.loads(raw)
     except ValueError:

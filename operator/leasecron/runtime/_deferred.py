@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -38,6 +39,8 @@ WRITERS = 3
 """Records written concurrently (the API server takes a few hundred writes per second)."""
 _RETRY_FIRST, _RETRY_CAP = 0.25, 2.0
 _POLL = 0.05
+_YIELD_MAX_S = 2.0
+"""How long a record write waits at most for the run starts queued before it."""
 
 
 @dataclass(eq=False)
@@ -70,6 +73,10 @@ class DeferredRecords:
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
+        self.busy: Callable[[], bool] = lambda: False
+        """Whether run starts wait their turn (`Services` sets it from its `StartPacer`):
+        while they do, the writers wait (up to `_YIELD_MAX_S` per write). A large instant's
+        starts come first; its records, and the API server's work on them, after."""
 
     @property
     def pending(self) -> int:
@@ -184,6 +191,9 @@ class DeferredRecords:
     async def _write_loop(self) -> None:
         delay = _RETRY_FIRST
         while self._todo:
+            await self._after_starts()
+            if not self._todo:
+                break
             entry = self._todo.popleft()
             entry.queued = False
             entry.writing = True
@@ -208,6 +218,12 @@ class DeferredRecords:
             self._recorder.update_backlog()
         if not self._todo and all(t.done() or t is asyncio.current_task() for t in self._writers):
             self._drained.set()
+
+    async def _after_starts(self) -> None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + _YIELD_MAX_S
+        while self.busy() and loop.time() < until:  # noqa: ASYNC110 (a queue length, polled)
+            await asyncio.sleep(_POLL)
 
     async def _write(self, entry: DeferredRun) -> None:
         recorder = self._recorder

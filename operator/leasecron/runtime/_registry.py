@@ -50,6 +50,8 @@ class HandlerRegistry:
         self._handlers: dict[str, RegisteredHandler] = {}
         self._listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
+        self._names: tuple[tuple[str, ...], frozenset[str]] | None = None
+        """The names sorted and as a set, made when first asked for after a registration."""
 
     def register(self, name: str, fn: Handler) -> RegisteredHandler:
         """Register `fn` under `name`; ValueError for a bad or taken name, TypeError when `fn`
@@ -66,6 +68,7 @@ class HandlerRegistry:
             if name in self._handlers:
                 raise ValueError(f"handler name {name!r} is already registered")
             self._handlers[name] = entry
+            self._names = None
             listeners = list(self._listeners)
         for listener in listeners:
             listener()
@@ -77,8 +80,18 @@ class HandlerRegistry:
 
     def names(self) -> tuple[str, ...]:
         """Registered names, sorted (as advertised on the member Lease)."""
+        return self._kept()[0]
+
+    def name_set(self) -> frozenset[str]:
+        """Registered names, as a set (kept, not built per call: every claim asks for it)."""
+        return self._kept()[1]
+
+    def _kept(self) -> tuple[tuple[str, ...], frozenset[str]]:
         with self._lock:
-            return tuple(sorted(self._handlers))
+            if self._names is None:
+                names = tuple(sorted(self._handlers))
+                self._names = (names, frozenset(names))
+            return self._names
 
     def __contains__(self, name: object) -> bool:
         with self._lock:

@@ -219,7 +219,9 @@ class RequestPickup:
         job = self._jobs(request.job) if request is not None else None
         if request is None or job is None or not request.pending:
             return
-        able = services.membership.members_with([job.handler_name], own=services.registry.names())
+        able = services.membership.members_with(
+            [job.handler_name], own=services.registry.name_set()
+        )
         key = f"request/{services.namespace}/{name}"
         stagger = rendezvous_rank(key, services.identity, able or [services.identity]) * PICKUP_STEP
         if stagger > 0 and await self.informer.wait_for(

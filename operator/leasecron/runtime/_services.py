@@ -153,6 +153,10 @@ class Services:
     _skip_counters: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
     """Per job and reason: its skips counter (a replica skips most jobs' ticks: N-1 of N)."""
 
+    def __post_init__(self) -> None:
+        # Records written off the start path wait while starts queue at the pacer.
+        self.recorder.deferred.busy = lambda: self.pacer.waiting > 0
+
     def context(
         self,
         job: ScheduledJob,

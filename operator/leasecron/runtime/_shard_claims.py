@@ -47,6 +47,9 @@ group record, or by another replica, before this replica's view showed it); the 
 it now, so the claim is decided again at once. `conflict`: another write landed first (a
 request's claim of a later instant, another replica's claim of this one); decided again on
 the Lease as it is now: taken, a live grant to wait out, or claimable."""
+_UNPLACED_WAIT = 0.25
+"""The part of a step a claim that another member is placed to make first waits before its
+work (`ShardClaims._defer_unplaced`)."""
 SKIP_BETTER_PLACED = SkipReason.BETTER_PLACED
 """Another live replica registered every handler due at the instant: it claims it."""
 
@@ -206,8 +209,9 @@ class ShardClaims:
             if previous is not None:
                 await previous
             lock = self._locks.get(ref)
+            waited = 0.0 if lock.holding() else await self._defer_unplaced(ref.lease, instant)
             due = self._jobs.due(catch_up, instant)
-            result = await self._claim(lock, ref, instant, due, catch_up, local=True)
+            result = await self._claim(lock, ref, instant, due, catch_up, local=True, waited=waited)
             if isinstance(result, _Outage):
                 local = [e for e in due if _runs_locally(e.job)]
                 runs = [self._runs.run_here(e, instant, record=RecordMode.UNGUARDED) for e in local]
@@ -231,6 +235,18 @@ class ShardClaims:
                 del self._claiming[ref.lease]
             self._first.pop((ref.lease, instant), None)
 
+    async def _defer_unplaced(self, lease: str, instant: datetime) -> float:
+        """Seconds this replica's claim of `instant` of `lease` waited before its work: a
+        quarter step when another member is placed to claim it first (this claim waits a
+        step at least, and its work on the loop, all shards' at once on a large instant,
+        would hold up the placed claims' writes); none otherwise."""
+        placed, _ = self._placed(lease, instant)
+        if placed is None or placed == self._services.identity:
+            return 0.0
+        wait = self._step(lease, instant) * _UNPLACED_WAIT
+        await asyncio.sleep(wait)
+        return wait
+
     async def _claim(
         self,
         lock: ShardLock,
@@ -240,13 +256,15 @@ class ShardClaims:
         catch_up: dict[str, bool],
         *,
         local: bool,
+        waited: float = 0.0,
     ) -> Grant | _Outage | Skipped:
         """One claim after the rendezvous stagger among the live members that registered the
         handlers of every job due (none while we hold the shard), again after a live grant
         ends or while the store cannot be reached, until the latest startingDeadline of the
         jobs due (for a catch-up instant: that long from now). Skipped without a claim, also
         when another replica is better placed (it has handlers we lack). `_Outage` (with
-        `local`) when the RunLocally jobs due may run unguarded."""
+        `local`) when the RunLocally jobs due may run unguarded. `waited`: seconds of the
+        stagger spent already."""
         if not due:
             return Skipped(SkipReason.NOTHING_DUE)
         rank = await self._rank(ref, instant, due)
@@ -264,6 +282,7 @@ class ShardClaims:
             give_up=(self._services.clock.now() if catching else instant) + deadline,
             local_jobs=[e.job for e in due if _runs_locally(e.job)] if local else [],
             above=self._above(e.job.name for e in due),
+            waited=waited,
         )
 
     async def _rank(self, ref: ShardRef, instant: datetime, due: list[JobEntry]) -> int | Skipped:
@@ -276,7 +295,7 @@ class ShardClaims:
         except KubeError as e:  # the claim below meets the same failure and reports it
             _log.debug("group record not read yet", group=services.group, error=repr(e))
         needed = self._jobs.handlers_due(ref, instant, due, self._group.state().shards)
-        able = services.membership.members_with(needed, own=services.registry.names())
+        able = services.membership.members_with(needed, own=services.registry.name_set())
         if able and services.identity not in able:
             # Another live replica registered every handler due: it claims the instant,
             # so that no job of the shard goes without a run.
@@ -324,14 +343,14 @@ async def _claim_until(
     give_up: datetime,
     local_jobs: list[ScheduledJob],
     above: int,
+    waited: float = 0.0,
 ) -> Grant | _Outage | Skipped:
     """The one loop around the claim write: the claim of `instant` on `lock` after this
-    replica's stagger (`rank` steps of `step` seconds, none while it holds the shard), again
-    after a retried skip until `give_up`: at once after `exists` (once), after a live grant
-    ends, else after a pause growing to 2 s. `_Outage` when the store was out of reach for the
-    RunLocally window of `local_jobs` and nothing says another replica has the instant. A
-    `Moving` instant (a run request's) is asked again for each attempt, and a `taken` skip
-    is retried with it."""
+    replica's stagger (`rank` steps of `step` s less `waited`; none while it holds the shard),
+    again after a retried skip until `give_up`: at once after `exists` (once), after a live
+    grant ends, else after a pause growing to 2 s. `_Outage`: the store out of reach for the
+    RunLocally window of `local_jobs`, and nothing says another replica has the instant. A
+    `Moving` instant (a request's) is asked for each attempt; a `taken` skip retries it."""
     clock, tuning = services.clock, services.tuning
     fixed = isinstance(instant, datetime)
     retried = _RETRIED if fixed else (*_RETRIED, SKIP_TAKEN)
@@ -345,7 +364,7 @@ async def _claim_until(
     attempt = functools.partial(
         _attempt, lock, instant, rank=rank, step=step, claim_deadline=claim_deadline, above=above
     )
-    tick, result = await attempt(clock.now())
+    tick, result = await attempt(clock.now(), waited=waited)
     while isinstance(result, Skipped) and result.reason in retried:
         left = (give_up - clock.now()).total_seconds()
         if result.unreachable:
@@ -384,6 +403,7 @@ async def _attempt(
     step: float,
     claim_deadline: timedelta | None,
     above: int,
+    waited: float = 0.0,
 ) -> tuple[datetime, Grant | Skipped]:
     """One claim of `_claim_until`: the instant tried (`tick` until a `Moving` one moves) and
     what the claim write gave. The stagger counts from the instant: the timer launches a
@@ -395,7 +415,7 @@ async def _attempt(
         tick = moved
     else:
         tick = instant
-    stagger = 0.0 if lock.holding() else rank * step
+    stagger = 0.0 if lock.holding() else max(0.0, rank * step - waited)
     stagger += max(0.0, (tick - lock.claims.clock.now()).total_seconds())
     return tick, await lock.try_claim(
         tick, stagger=stagger, starting_deadline=claim_deadline, above=above

@@ -179,7 +179,13 @@ class ShardTimer:
                 )
         for (lease, instant), (member, jobs_due) in prepared.first.items():
             self._claims.place_first(lease, instant, member, jobs_due=jobs_due)
-        for (ref, instant), catch_up in prepared.groups.items():
+        me = self._services.identity
+        # The claims this replica is placed to make first go out first.
+        ordered = sorted(
+            prepared.groups.items(),
+            key=lambda item: prepared.first.get((item[0][0].lease, item[0][1]), ("",))[0] != me,
+        )
+        for (ref, instant), catch_up in ordered:
             self._spawn(
                 self._claims.instant(ref, instant, catch_up),
                 f"leasecron shard {ref.lease} {instant.isoformat()}",
@@ -208,7 +214,7 @@ class ShardTimer:
             lease = self._jobs.foreign_ref(job.name, shards).lease
             weights[lease] = weights.get(lease, 0) + 1
             handlers.setdefault(lease, set()).add(job.handler_name)
-        own, members = services.registry.names(), services.membership.members()
+        own, members = services.registry.name_set(), services.membership.members()
         able = {
             lease: services.membership.members_with(needed, own=own) or members
             for lease, needed in handlers.items()

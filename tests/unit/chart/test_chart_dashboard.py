@@ -43,7 +43,9 @@ def exported_series() -> set[str]:
     names: set[str] = set()
     for module in (shared, operator_metrics):
         for value in vars(module).values():
-            if isinstance(value, (MetricWrapperBase, shared.CompactHistogram)):
+            if isinstance(
+                value, (MetricWrapperBase, shared.CompactHistogram, shared.CompactCounter)
+            ):
                 for family in value.describe():
                     names.update(family.name + s for s in SUFFIXES[family.type])
     return names

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 from leasecron import __version__
@@ -26,7 +26,7 @@ def _leasecron_metrics() -> Iterator[tuple[str, tuple[str, ...]]]:
         for value in vars(module).values():
             if isinstance(value, MetricWrapperBase) and value._name.startswith("leasecron_"):
                 yield value._name, tuple(value._labelnames)
-            elif isinstance(value, shared.CompactHistogram):
+            elif isinstance(value, shared.CompactHistogram | shared.CompactCounter):
                 yield value.name, value.labelnames
 
 
@@ -71,6 +71,30 @@ def test_a_compact_histogram_is_exposed_as_a_prometheus_client_histogram_is() ->
         return [line for line in text.splitlines() if "_created" not in line]
 
     assert lines(compact_registry) == lines(reference_registry)
+    with pytest.raises(ValueError, match="takes labels"):
+        compact.labels("only-one")
+
+
+def test_a_compact_counter_is_exposed_as_a_prometheus_client_counter_is() -> None:
+    """Same `_total` samples, HELP and TYPE as prometheus_client's Counter for the same
+    increments (it has no `_created`); a negative increment is refused as there."""
+    compact_registry, reference_registry = CollectorRegistry(), CollectorRegistry()
+    compact = shared.CompactCounter("c", "help", ["a", "b"], registry=compact_registry)
+    reference = Counter("c_total", "help", ["a", "b"], registry=reference_registry)
+    for amount in (1, 2.5, 0):
+        compact.labels("x", "y").inc(amount)
+        reference.labels("x", "y").inc(amount)
+    compact.labels(a="x", b="z").inc()
+    reference.labels(a="x", b="z").inc()
+
+    def lines(registry: CollectorRegistry) -> list[str]:
+        text = generate_latest(registry).decode()
+        return [line for line in text.splitlines() if "_created" not in line]
+
+    assert lines(compact_registry) == lines(reference_registry)
+    assert compact_registry.get_sample_value("c_total", {"a": "x", "b": "y"}) == 3.5
+    with pytest.raises(ValueError, match="only goes up"):
+        compact.labels("x", "y").inc(-1)
     with pytest.raises(ValueError, match="takes labels"):
         compact.labels("only-one")
 

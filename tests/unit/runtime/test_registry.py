@@ -64,3 +64,12 @@ def test_names_are_sorted_and_listeners_hear_of_each_registration() -> None:
     assert heard == [("b",), ("a", "b")]
     assert registry.names() == ("a", "b", "c")
     assert "a" in registry and "z" not in registry and len(registry) == 3
+
+
+def test_the_name_set_is_kept_between_registrations_and_made_again_after_one() -> None:
+    registry = HandlerRegistry()
+    registry.register("a", sync_handler)
+    kept = registry.name_set()
+    assert kept == {"a"} and registry.name_set() is kept  # not built per call
+    registry.register("b", sync_handler)
+    assert registry.name_set() == {"a", "b"} and registry.names() == ("a", "b")
