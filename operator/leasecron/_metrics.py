@@ -16,6 +16,7 @@ import bisect
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
@@ -27,12 +28,46 @@ from leasecron._version import __version__
 
 JOB_LABELS = ("job_namespace", "scheduled_job")
 LEASE_LABELS = ("lease_namespace", "lease")
+_S = TypeVar("_S")
 
 LAST_SUCCESS = Gauge(
     "leasecron_last_success_timestamp_seconds",
     "Unix time of the end of the job's last successful run (status.lastSuccessfulTime).",
     list(JOB_LABELS),
 )
+
+
+class _CompactMetric(Collector, Generic[_S]):
+    """What `CompactHistogram` and `CompactCounter` share: their labels, one lock for all
+    their series and the series by label values, made on first use by `_new_series`."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        registry: CollectorRegistry | None,
+    ) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.lock = threading.Lock()
+        self._series: dict[tuple[str, ...], _S] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def _new_series(self) -> _S:
+        raise NotImplementedError
+
+    def labels(self, *values: object, **named: object) -> _S:
+        if named:
+            values = tuple(named[label] for label in self.labelnames)
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values!r}")
+        key = tuple(str(v) for v in values)
+        series = self._series.get(key)
+        if series is None:
+            with self.lock:
+                series = self._series.setdefault(key, self._new_series())
+        return series
 
 
 class _Series:
@@ -52,7 +87,7 @@ class _Series:
             self.total += value
 
 
-class CompactHistogram(Collector):
+class CompactHistogram(_CompactMetric[_Series]):
     """A labelled histogram exposed as prometheus_client's `Histogram` is (`_bucket` with
     `le`, `_count`, `_sum`; no `_created`), with one lock for all its series and a plain list
     of counts per series: a job's series costs about 300 bytes where prometheus_client's
@@ -69,25 +104,12 @@ class CompactHistogram(Collector):
         buckets: Sequence[float],
         registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
-        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
         self.bounds = (*sorted(float(b) for b in buckets), float("inf"))
         self._les = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
-        self.lock = threading.Lock()
-        self._series: dict[tuple[str, ...], _Series] = {}
-        if registry is not None:
-            registry.register(self)
+        super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: object, **named: object) -> _Series:
-        if named:
-            values = tuple(named[label] for label in self.labelnames)
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values!r}")
-        key = tuple(str(v) for v in values)
-        series = self._series.get(key)
-        if series is None:
-            with self.lock:
-                series = self._series.setdefault(key, _Series(self))
-        return series
+    def _new_series(self) -> _Series:
+        return _Series(self)
 
     def describe(self) -> Iterator[Metric]:
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -121,7 +143,7 @@ class _Count:
             self.value += amount
 
 
-class CompactCounter(Collector):
+class CompactCounter(_CompactMetric[_Count]):
     """A labelled counter exposed as prometheus_client's `Counter` is (`<name>_total`; no
     `_created`), its series plain numbers under one lock: a job's series is made in about a
     microsecond where prometheus_client's `labels()` takes about 50 (it builds and validates
@@ -137,23 +159,10 @@ class CompactCounter(Collector):
         *,
         registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
-        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
-        self.lock = threading.Lock()
-        self._series: dict[tuple[str, ...], _Count] = {}
-        if registry is not None:
-            registry.register(self)
+        super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: object, **named: object) -> _Count:
-        if named:
-            values = tuple(named[label] for label in self.labelnames)
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values!r}")
-        key = tuple(str(v) for v in values)
-        series = self._series.get(key)
-        if series is None:
-            with self.lock:
-                series = self._series.setdefault(key, _Count(self))
-        return series
+    def _new_series(self) -> _Count:
+        return _Count(self)
 
     def describe(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
