@@ -46,7 +46,8 @@ class _CompactMetric(Collector, Generic[_S]):
         name: str,
         documentation: str,
         labelnames: Sequence[str],
-        registry: CollectorRegistry | None,
+        *,
+        registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
         self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
         self.lock = threading.Lock()
@@ -106,7 +107,7 @@ class CompactHistogram(_CompactMetric[_Series]):
     ) -> None:
         self.bounds = (*sorted(float(b) for b in buckets), float("inf"))
         self._les = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
-        super().__init__(name, documentation, labelnames, registry)
+        super().__init__(name, documentation, labelnames, registry=registry)
 
     def _new_series(self) -> _Series:
         return _Series(self)
@@ -145,21 +146,12 @@ class _Count:
 
 class CompactCounter(_CompactMetric[_Count]):
     """A labelled counter exposed as prometheus_client's `Counter` is (`<name>_total`; no
-    `_created`), its series plain numbers under one lock: a job's series is made in about a
-    microsecond where prometheus_client's `labels()` takes about 50 (it builds and validates
-    a metric object per series), and the per-job counters are made on the run and skip paths
-    (a replica skips thousands of jobs' ticks on a large instant). `labels(...)` and
-    `inc(amount)` as in prometheus_client; `name` without `_total`."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        *,
-        registry: CollectorRegistry | None = REGISTRY,
-    ) -> None:
-        super().__init__(name, documentation, labelnames, registry)
+    `_created`), its series plain numbers under one lock: a job's series is made in about 2
+    µs and holds about 220 bytes, where prometheus_client's `labels()` builds a metric
+    object with its own lock per series (about 5 µs, 630 bytes; timeit and tracemalloc over
+    10,000 series), and the per-job counters are made on the run and skip paths (a replica
+    skips thousands of jobs' ticks on a large instant). `labels(...)` and `inc(amount)` as
+    in prometheus_client; `name` without `_total`."""
 
     def _new_series(self) -> _Count:
         return _Count(self)

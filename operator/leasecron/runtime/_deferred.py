@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -41,6 +41,10 @@ _RETRY_FIRST, _RETRY_CAP = 0.25, 2.0
 _POLL = 0.05
 _YIELD_MAX_S = 2.0
 """How long a record write waits at most for the run starts queued before it."""
+
+
+async def _at_once(_timeout: float) -> None:
+    """No run starts to wait for."""
 
 
 @dataclass(eq=False)
@@ -73,10 +77,11 @@ class DeferredRecords:
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
-        self.busy: Callable[[], bool] = lambda: False
-        """Whether run starts wait their turn (`Services` sets it from its `StartPacer`):
-        while they do, the writers wait (up to `_YIELD_MAX_S` per write). A large instant's
-        starts come first; its records, and the API server's work on them, after."""
+        self.starts_idle: Callable[[float], Awaitable[None]] = _at_once
+        """Returns once no run start waits its turn, or after the seconds given (`Services`
+        sets it to its `StartPacer.idle`): each write waits for it (up to `_YIELD_MAX_S`).
+        A large instant's starts come first; its records, and the API server's work on
+        them, after."""
 
     @property
     def pending(self) -> int:
@@ -191,7 +196,7 @@ class DeferredRecords:
     async def _write_loop(self) -> None:
         delay = _RETRY_FIRST
         while self._todo:
-            await self._after_starts()
+            await self.starts_idle(_YIELD_MAX_S)
             if not self._todo:
                 break
             entry = self._todo.popleft()
@@ -218,12 +223,6 @@ class DeferredRecords:
             self._recorder.update_backlog()
         if not self._todo and all(t.done() or t is asyncio.current_task() for t in self._writers):
             self._drained.set()
-
-    async def _after_starts(self) -> None:
-        loop = asyncio.get_running_loop()
-        until = loop.time() + _YIELD_MAX_S
-        while self.busy() and loop.time() < until:  # noqa: ASYNC110 (a queue length, polled)
-            await asyncio.sleep(_POLL)
 
     async def _write(self, entry: DeferredRun) -> None:
         recorder = self._recorder

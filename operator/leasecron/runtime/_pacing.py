@@ -18,6 +18,7 @@ anything a handler does once it runs, and it does not reorder starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 
 DEFAULT_SLICE_S = 0.02
@@ -41,11 +42,23 @@ class StartPacer:
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._again: deque[asyncio.Future[None]] = deque()
         """Woken when the slice was already full: first in the next slice, in order."""
+        self._idle: list[asyncio.Future[None]] = []
+        """Told (`idle`) once no start waits any more."""
 
     @property
     def waiting(self) -> int:
         """Starts queued for a later slice."""
         return len(self._again) + len(self._waiting)
+
+    async def idle(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Return once no start waits its turn, or after `timeout` seconds: work that should
+        not compete with a burst of starts (the records of their runs) goes after them."""
+        if not self.waiting:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._idle.append(future)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(future, timeout)
 
     async def turn(self) -> None:
         """Return when this start may go: at once while the open slice lasts and nobody is
@@ -98,3 +111,8 @@ class StartPacer:
                     woken += 1
         if woken:
             self._close_soon(loop)  # after the wake-ups: it runs once they have taken a step
+        if not self.waiting:
+            idle, self._idle = self._idle, []
+            for future in idle:
+                if not future.done():  # not timed out meanwhile
+                    future.set_result(None)

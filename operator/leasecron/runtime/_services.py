@@ -155,7 +155,7 @@ class Services:
 
     def __post_init__(self) -> None:
         # Records written off the start path wait while starts queue at the pacer.
-        self.recorder.deferred.busy = lambda: self.pacer.waiting > 0
+        self.recorder.deferred.starts_idle = self.pacer.idle
 
     def context(
         self,

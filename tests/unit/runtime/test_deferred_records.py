@@ -241,34 +241,29 @@ def test_a_run_that_ends_while_its_progress_patch_is_on_the_wire_is_written_fina
     assert store.items[jobrun_name("report", TICK)]["status"]["outcome"] == "Succeeded"
 
 
-def test_records_wait_while_run_starts_queue_and_at_most_their_bound(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A large instant's starts come first: no record is written while starts wait their
-    turn at the pacer (`busy`), and one is written once they are through; a pacer that stays
-    busy holds a record back no longer than `_YIELD_MAX_S`."""
+def test_each_record_write_waits_until_the_run_starts_queued_before_it_are_through() -> None:
+    """A large instant's starts come first: a writer asks `starts_idle` (the pacer's, with
+    its bound) before each write and writes nothing until it returns."""
     store = CountingJobRuns()
-    monkeypatch.setattr(_deferred, "_YIELD_MAX_S", 0.5)
-    monkeypatch.setattr(_deferred, "_POLL", 0.01)
 
-    async def scenario() -> tuple[list[str], list[str], float]:
+    async def scenario() -> tuple[list[float], list[str], list[str]]:
         rec = recorder(store)
-        busy = True
-        rec.deferred.busy = lambda: busy
-        first = rec.deferred.start(JOB, tick=TICK, holder="a", token=1, now=TICK)
-        assert first is not None
-        await asyncio.sleep(0.2)
-        while_busy = list(store.writes)
-        busy = False
-        assert await rec.flush(timeout=5)
-        after = list(store.writes)
-        busy = True  # stays busy: the next record goes out after the bound anyway
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        rec.deferred.start(JOB, tick=TICK + timedelta(minutes=1), holder="a", token=2, now=TICK)
-        assert await rec.flush(timeout=5)
-        return while_busy, after, loop.time() - began
+        asked: list[float] = []
+        waiting, through = asyncio.Event(), asyncio.Event()
 
-    while_busy, after, held = asyncio.run(scenario())
-    assert while_busy == [] and after == ["create Running"]
-    assert 0.45 <= held < 3 and store.writes == ["create Running", "create Running"]
+        async def starts_idle(bound: float) -> None:
+            asked.append(bound)
+            waiting.set()
+            await through.wait()
+
+        rec.deferred.starts_idle = starts_idle
+        assert rec.deferred.start(JOB, tick=TICK, holder="a", token=1, now=TICK) is not None
+        await asyncio.wait_for(waiting.wait(), 5)  # the writer is held in starts_idle now
+        held = list(store.writes)
+        through.set()
+        assert await rec.flush(timeout=5)
+        return asked, held, list(store.writes)
+
+    asked, held, written = asyncio.run(scenario())
+    assert asked[0] == _deferred._YIELD_MAX_S
+    assert held == [] and written == ["create Running"]

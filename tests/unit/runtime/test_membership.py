@@ -8,10 +8,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from leasecron.coordination.members import MemberLease, live_members, member_selector
 from leasecron.models.clocks import FakeClock
 from leasecron.models.leases import LeaseRecord, lease_body
-from leasecron.models.names import member_lease_name
+from leasecron.models.names import ANNOTATION_HANDLERS, member_lease_name
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -105,3 +107,22 @@ def test_leases_without_a_holder_or_never_observed_do_not_count() -> None:
     assert live_members(
         [free, unseen], observed_at=lambda ns, name: None, now=0.0, identity="me", fallback_s=15
     ) == ["me"]
+
+
+def test_a_members_handlers_annotation_is_parsed_once_however_often_it_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every claim of a large instant asks for each member's handlers: the same annotation
+    (thousands of names) is parsed once, and a changed one again."""
+    from leasecron.coordination import members
+
+    parses: list[str] = []
+    real = json.loads
+    monkeypatch.setattr(members.json, "loads", lambda raw: parses.append(raw) or real(raw))
+    names = [f"job-{i}-parsed-once" for i in range(1000)]
+    obj = {"metadata": {"annotations": {ANNOTATION_HANDLERS: json.dumps(names)}}}
+    for _ in range(5):
+        assert members.advertised_handlers(obj) == frozenset(names)
+    changed = {"metadata": {"annotations": {ANNOTATION_HANDLERS: json.dumps(names[:3])}}}
+    assert members.advertised_handlers(changed) == frozenset(names[:3])
+    assert len(parses) == 2

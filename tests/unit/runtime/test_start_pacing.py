@@ -81,6 +81,34 @@ def test_a_start_cancelled_while_queued_does_not_stop_the_others() -> None:
     assert asyncio.run(main()) == 19
 
 
+def test_idle_returns_once_the_queued_starts_are_through_or_at_its_timeout() -> None:
+    async def scenario() -> tuple[int, int, bool, float]:
+        pacer = StartPacer(slice_s=0.001)
+
+        async def start() -> None:
+            await pacer.turn()
+            _busy(0.002)  # longer than a slice: the others queue
+
+        tasks = [asyncio.ensure_future(start()) for _ in range(20)]
+        await asyncio.sleep(0)
+        queued = pacer.waiting
+        await pacer.idle(timeout=10)
+        at_idle = pacer.waiting
+        await asyncio.gather(*tasks)
+        await pacer.idle(timeout=10)  # nothing waits: at once
+        # A start that never gets its turn (the loop is held): idle gives up at its timeout.
+        blocked = StartPacer(slice_s=0.001)
+        blocked._waiting.append(asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await blocked.idle(timeout=0.05)
+        return queued, at_idle, pacer.waiting == 0, loop.time() - began
+
+    queued, at_idle, drained, gave_up_after = asyncio.run(scenario())
+    assert queued > 0 and at_idle == 0 and drained
+    assert 0.05 <= gave_up_after < 1
+
+
 def test_a_slice_must_be_positive() -> None:
     with pytest.raises(ValueError, match="slice_s"):
         StartPacer(slice_s=0)
