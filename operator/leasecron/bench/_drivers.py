@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
+import queue
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -39,6 +42,10 @@ class ReplicaIO:
         self._commands: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.stdin_closed = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        self._lines: queue.SimpleQueue[tuple[str, threading.Event | None] | None]
+        self._lines = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_lines, name="bench events", daemon=True)
+        self._writer.start()
 
     async def open(self) -> None:
         """Start reading stdin (through the loop: no thread left blocked at exit)."""
@@ -59,9 +66,38 @@ class ReplicaIO:
         self._commands.put_nowait(None)
 
     def emit(self, **fields: Any) -> None:
-        """One event line on stdout."""
-        sys.stdout.write(json.dumps(fields) + "\n")
-        sys.stdout.flush()
+        """One event line on stdout, written before this returns (after the lines queued by
+        `emit_soon`, in order)."""
+        written = threading.Event()
+        self._lines.put((json.dumps(fields) + "\n", written))
+        written.wait()
+
+    def emit_soon(self, **fields: Any) -> None:
+        """One event line on stdout, written by the writer thread: for the events sent from
+        inside measured runs (the parent reads five replicas' lines, and a full pipe must
+        not stall the loop whose starts are measured)."""
+        self._lines.put((json.dumps(fields) + "\n", None))
+
+    def close(self) -> None:
+        """Write every event emitted so far, then stop the writer."""
+        self._lines.put(None)
+        self._writer.join()
+
+    def _write_lines(self) -> None:
+        while (item := self._lines.get()) is not None:
+            told = []
+            with contextlib.suppress(queue.Empty):  # the lines queued meanwhile, then flush
+                while item is not None:
+                    line, written = item
+                    sys.stdout.write(line)
+                    if written is not None:
+                        told.append(written)
+                    item = self._lines.get_nowait()
+            sys.stdout.flush()
+            for written in told:
+                written.set()
+            if item is None:
+                return
 
     async def next_command(self) -> dict[str, Any] | None:
         """The next command from the parent; None once stdin is closed."""

@@ -59,8 +59,11 @@ def parser() -> argparse.ArgumentParser:
 async def _main(args: argparse.Namespace) -> None:
     driver = load_driver(args.mode, args.through)
     io = ReplicaIO()
-    await io.open()
-    await driver(args, io)
+    try:
+        await io.open()
+        await driver(args, io)
+    finally:
+        io.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -254,7 +254,7 @@ async def ticks(args: argparse.Namespace, io: ReplicaIO) -> None:
         ledger.write(f"{ctx.job} {ctx.tick.isoformat()} {ctx.token} {args.identity}\n")
         if epoch is not None and ctx.job.startswith("bench-"):  # not a warm-up job
             claim = claims.claim_of(instant, ctx.token)
-            io.emit(
+            io.emit_soon(
                 event="grant",
                 job=int(ctx.job.rsplit("-", 1)[1]),
                 tick=round((instant - epoch) / args.period),
@@ -297,7 +297,7 @@ async def requests(args: argparse.Namespace, io: ReplicaIO) -> None:
     @scheduler.job(HANDLER)
     async def bench(ctx: JobContext) -> None:
         started = time.time()
-        io.emit(event="start", tick=ctx.tick.timestamp(), token=ctx.token, t=started)
+        io.emit_soon(event="start", tick=ctx.tick.timestamp(), token=ctx.token, t=started)
         await asyncio.sleep(args.run_ms / 1000.0)
 
     async with scheduler:
