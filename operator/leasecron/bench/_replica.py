@@ -29,6 +29,7 @@ import os
 
 from leasecron._logs import configure
 from leasecron.bench._drivers import MODES, ReplicaIO, load_driver
+from leasecron.models.shards import DEFAULT_SHARDS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run-ms", type=float, default=200.0, help="ticks: handler run time")
     p.add_argument("--starting-deadline", type=float, default=60.0, help="ticks: seconds")
     p.add_argument("--claim-step", type=float, default=0.1, help="ticks: stagger per rank")
-    p.add_argument("--shards", type=int, default=16, help="ticks via runtime: shard count")
+    p.add_argument(
+        "--shards", type=int, default=DEFAULT_SHARDS, help="ticks via runtime: shard count"
+    )
     p.add_argument("--warm-up-jobs", type=int, default=0, help="ticks via runtime: extra jobs")
     p.add_argument("--at-rest", type=float, default=0.0, help="ticks via runtime: seconds")
     p.add_argument("--ledger", default="", help="ticks via runtime: the runs' ledger directory")

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from leasecron.cli._kubectl import NONE, Target, mapping, render_table, target_options
+from leasecron.cli._status import live_holder
 from leasecron.coordination.groups import ShardCountChange, ShardCountError, change_shard_count
+from leasecron.coordination.members import member_selector
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError
 from leasecron.kube.leases import LeaseStore
@@ -28,7 +31,7 @@ from leasecron.models.groups import (
 )
 from leasecron.models.leases import lease_annotations, parse_lease
 from leasecron.models.names import LABEL_GROUP, LABEL_ROLE, format_tick
-from leasecron.models.shards import MAX_SHARDS, shard_lease_name
+from leasecron.models.shards import MAX_SHARDS, SHARDS_PER_REPLICA, shard_lease_name, shards_for
 
 SHARD_HEADERS = ("NAME", "STATE", "HOLDER", "TOKEN", "TICK")
 
@@ -67,7 +70,25 @@ async def _show(kube: Kube, *, namespace: str, group: str) -> str:
     objs = await leases.list(namespace=namespace, label_selector=selector)
     rows = shard_rows(objs, group=group, shards=state.shards)
     table = render_table(SHARD_HEADERS, rows) if rows else "no shard Leases yet"
-    return f"{describe(state, group=group)}\n\n{table}"
+    members = await leases.list(namespace=namespace, label_selector=member_selector(group))
+    now = datetime.now(UTC)
+    replicas = sum(1 for o in members if live_holder(parse_lease(o), now))
+    sizing = sizing_advice(state.shards, replicas, group=group)
+    return f"{describe(state, group=group)}\n{sizing}\n\n{table}"
+
+
+def sizing_advice(shards: int, replicas: int, *, group: str) -> str:
+    """How the group's shards spread over its live replicas, and the count that spreads an
+    instant's runs within ±20 % when this one is too small for them."""
+    if replicas == 0:
+        return "no live replica of the group"
+    line = f"{replicas} live replicas: {shards / replicas:.1f} shards per replica"
+    if shards >= SHARDS_PER_REPLICA * replicas or shards >= MAX_SHARDS:
+        return line
+    return (
+        f"{line}; an instant's runs may spread unevenly below {SHARDS_PER_REPLICA} per "
+        f"replica: leasecron shards {group} --count {shards_for(replicas)}"
+    )
 
 
 def _summary(change: ShardCountChange, *, namespace: str) -> str:
@@ -108,9 +129,9 @@ def shards(group: str, count: int | None, dry_run: bool, target: Target) -> None
     with the highest instant the old shards claimed: no instant runs twice and no fencing
     token goes down. Running it again after a failure continues where it stopped.
 
-    Sizing: a shard's jobs run on one replica per instant, so an instant's runs spread within
-    20 % of the mean with 16 shards (the default) for up to 8 replicas, 64 for up to 32, 128
-    for up to 50."""
+    Sizing: a shard's jobs run on one replica per instant; with at least 5 shards per replica
+    an instant's runs spread within 20 % of the mean (the default 32 fits up to 6 replicas).
+    Without --count it prints the live replicas and, when they need one, the count to give."""
     namespace = target.namespace
     if namespace is None:
         raise click.ClickException("a group's shard count is per namespace: give -n, not -A")

@@ -11,7 +11,7 @@ that guards a function or runs a Scheduler needs none of them (`import leasecron
 
 from __future__ import annotations
 
-from leasecron.coordination._views import LeaseCache, LeaseView
+from leasecron.coordination._views import LeaseCache, LeaseRecords, LeaseView
 from leasecron.coordination.background import (
     BackgroundLoop,
     SyncElector,
@@ -76,6 +76,7 @@ __all__ = [
     "KeepAlive",
     "LeaseCache",
     "LeaseLock",
+    "LeaseRecords",
     "LeaseView",
     "LockConfig",
     "LostEvent",

@@ -71,6 +71,33 @@ def _key_of(obj: dict[str, Any]) -> Key | None:
     return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
 
+class LeaseRecords:
+    """`parse_lease` of raw Leases, each parsed once per resourceVersion (a version never
+    changes): one Lease's record is asked for on every claim, renewal and ranking. Holds the
+    newest version of each Lease; with `limit`, starts afresh past that many Leases (a
+    watcher that is not told of deletions). Loop thread only."""
+
+    def __init__(self, *, limit: int | None = None) -> None:
+        self._parsed: dict[Key, tuple[str, LeaseRecord]] = {}
+        self._limit = limit
+
+    def __call__(self, obj: dict[str, Any]) -> LeaseRecord:
+        key, version = _key_of(obj), _rv(obj)
+        if key is None or not version:
+            return parse_lease(obj)
+        parsed = self._parsed.get(key)
+        if parsed is not None and parsed[0] == version:
+            return parsed[1]
+        if self._limit is not None and len(self._parsed) >= self._limit:
+            self._parsed.clear()
+        record = parse_lease(obj)
+        self._parsed[key] = (version, record)
+        return record
+
+    def forget(self, key: Key) -> None:
+        self._parsed.pop(key, None)
+
+
 _SHARED_ATTRIBUTE = "_leasecron_lease_view"
 
 
@@ -85,8 +112,7 @@ class LeaseView:
         self._watchers: dict[Key, list[Callable[[dict[str, Any] | None], None]]] = {}
         self._reported: dict[Key, str] = {}
         self._mine: dict[tuple[str, str, str], dict[int, float]] = {}
-        self._parsed: dict[Key, tuple[str, LeaseRecord]] = {}
-        """The last parsed record of each Lease, by its resourceVersion."""
+        self._records = LeaseRecords()
         self._unsubscribe = cache.subscribe(self._on_event) if cache is not None else None
 
     @classmethod
@@ -129,7 +155,7 @@ class LeaseView:
             first_seen = cache.observed_at(namespace, name) or self._clock.monotonic()
         else:
             return None
-        record = self._parse(key, obj)
+        record = self._records(obj)
         if record.problems and self._reported.get(key) != record.resource_version:
             self._reported[key] = record.resource_version or ""
             _log.warning(
@@ -152,19 +178,7 @@ class LeaseView:
     def record_of(self, obj: dict[str, Any]) -> LeaseRecord:
         """`parse_lease(obj)` of a Lease this view was told of (a watcher's `obj`), from the
         same once-per-resourceVersion cache `seen()` reads."""
-        key = _key_of(obj)
-        return self._parse(key, obj) if key is not None else parse_lease(obj)
-
-    def _parse(self, key: Key, obj: dict[str, Any]) -> LeaseRecord:
-        """`parse_lease(obj)`, parsed once per resourceVersion (a version never changes)."""
-        version = _rv(obj)
-        parsed = self._parsed.get(key)
-        if version and parsed is not None and parsed[0] == version:
-            return parsed[1]
-        record = parse_lease(obj)
-        if version:
-            self._parsed[key] = (version, record)
-        return record
+        return self._records(obj)
 
     # --- learning from our own requests -------------------------------------------------------
 
@@ -229,7 +243,7 @@ class LeaseView:
             return
         if event.type == "DELETED":
             self._local.pop(key, None)
-            self._parsed.pop(key, None)
+            self._records.forget(key)
             self._reported.pop(key, None)
             self._changed(key, None)
             return

@@ -133,13 +133,14 @@ def live_members(
     now: float,
     identity: str,
     fallback_s: float,
+    parse: Callable[[dict[str, Any]], LeaseRecord] = parse_lease,
 ) -> list[str]:
     """The holders of the member Leases in `objects` that are live at local monotonic `now`
     (changed less than their leaseDurationSeconds ago, as `observed_at` says), plus
-    `identity`, sorted."""
+    `identity`, sorted. `parse` reads a raw Lease (`parse_lease`, or a cache of it)."""
     live = {identity}
     for obj in objects:
-        record = parse_lease(obj)
+        record = parse(obj)
         seen_at = observed_at(record.namespace or None, record.name)
         if seen_at is None or not record.holder:
             continue

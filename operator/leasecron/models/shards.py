@@ -15,10 +15,14 @@ from datetime import datetime, timedelta
 from leasecron.models.names import dns_name
 from leasecron.models.schedules import Schedule
 
-DEFAULT_SHARDS = 16
+DEFAULT_SHARDS = 32
 """Shards of a group whose record does not exist yet, unless the Scheduler is given another
 count (the group record's count, once written, is what every replica follows)."""
 MAX_SHARDS = 1024
+SHARDS_PER_REPLICA = 5
+"""Shards per replica from which an instant's runs spread within ±20 % of the mean whatever
+the jobs (each replica claims first the whole or the whole plus one of its share; with fewer,
+how even it is depends on how the jobs fall: docs/explanation/claim-engine.md)."""
 LABEL_SHARD = "leasecron.dev/shard"
 _EPSILON = timedelta(microseconds=1)
 
@@ -28,6 +32,16 @@ def check_shards(shards: int) -> int:
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards ({shards!r}) must be a whole number from 1 to {MAX_SHARDS}")
     return shards
+
+
+def shards_for(replicas: int) -> int:
+    """The shard count to give a group run by `replicas` replicas: the smallest power of two
+    with `SHARDS_PER_REPLICA` shards per replica, at least `DEFAULT_SHARDS`, at most
+    `MAX_SHARDS`."""
+    count = DEFAULT_SHARDS
+    while count < SHARDS_PER_REPLICA * replicas and count < MAX_SHARDS:
+        count *= 2
+    return count
 
 
 def shard_of(job: str, *, shards: int) -> int:

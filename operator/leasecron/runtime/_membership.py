@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
 from leasecron._logs import get_logger
+from leasecron.coordination import LeaseRecords
 from leasecron.coordination.members import (
     MemberLease,
     advertised_handlers,
@@ -31,6 +32,8 @@ from leasecron.models.names import ANNOTATION_GUARD_HANDLERS
 _log = get_logger("leasecron.runtime.membership")
 _GUARDED_TTL = 0.5
 """Seconds the set of handlers that live members run in job guards is read again after."""
+_RECORDS_LIMIT = 4096
+"""Member Leases whose records `members()` keeps before it starts afresh."""
 
 
 class Membership:
@@ -74,6 +77,8 @@ class Membership:
         self._wake = asyncio.Event()
         self._guarded: frozenset[str] = frozenset()
         self._guarded_at: float | None = None
+        self._records = LeaseRecords(limit=_RECORDS_LIMIT)
+        """The member Leases' records: `members()` is asked on every claim of an instant."""
 
     @property
     def informer(self) -> Informer:
@@ -114,6 +119,7 @@ class Membership:
             now=self._clock.monotonic(),
             identity=self.identity,
             fallback_s=self._duration_s,
+            parse=self._records,
         )
 
     def members_with(self, handlers: Iterable[str], *, own: Iterable[str]) -> list[str]:

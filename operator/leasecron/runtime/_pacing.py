@@ -23,6 +23,8 @@ from collections import deque
 
 DEFAULT_SLICE_S = 0.02
 """Loop time per slice of starts: small beside a grant's renewal interval (seconds)."""
+CLAIM_HOLD_S = 2.0
+"""How long a claim in flight holds up `idle` at most (seconds)."""
 
 
 class StartPacer:
@@ -43,17 +45,40 @@ class StartPacer:
         self._again: deque[asyncio.Future[None]] = deque()
         """Woken when the slice was already full: first in the next slice, in order."""
         self._idle: list[asyncio.Future[None]] = []
-        """Told (`idle`) once no start waits any more."""
+        """Told (`idle`) once no start waits any more and no claim is in flight."""
+        self._claims = 0
+        """Claims of this replica not settled yet (`claiming`)."""
 
     @property
     def waiting(self) -> int:
         """Starts queued for a later slice."""
         return len(self._again) + len(self._waiting)
 
+    def claiming(self, settled: asyncio.Future[None], *, at_most: float = CLAIM_HOLD_S) -> None:
+        """A claim in flight until `settled` is done, or for `at_most` seconds (a claim that
+        waits out another replica's live grant does not hold anything up): the records wait
+        for it as they wait for queued starts, so an instant's claims land first and the API
+        server's work on the records of the runs already started comes after them."""
+        self._claims += 1
+        timer: asyncio.TimerHandle | None = None
+
+        def release(_settled: object = None) -> None:
+            nonlocal timer
+            if timer is None:
+                return  # released already
+            timer.cancel()
+            timer = None
+            self._claims -= 1
+            self._tell_idle()
+
+        timer = asyncio.get_running_loop().call_later(at_most, release)
+        settled.add_done_callback(release)
+
     async def idle(self, timeout: float) -> None:  # noqa: ASYNC109
-        """Return once no start waits its turn, or after `timeout` seconds: work that should
-        not compete with a burst of starts (the records of their runs) goes after them."""
-        if not self.waiting:
+        """Return once no start waits its turn and no claim is in flight, or after `timeout`
+        seconds: work that should not compete with a burst of claims and starts (the
+        records of their runs) goes after them."""
+        if not self.waiting and not self._claims:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._idle.append(future)
@@ -111,8 +136,12 @@ class StartPacer:
                     woken += 1
         if woken:
             self._close_soon(loop)  # after the wake-ups: it runs once they have taken a step
-        if not self.waiting:
-            idle, self._idle = self._idle, []
-            for future in idle:
-                if not future.done():  # not timed out meanwhile
-                    future.set_result(None)
+        self._tell_idle()
+
+    def _tell_idle(self) -> None:
+        if self.waiting or self._claims:
+            return
+        idle, self._idle = self._idle, []
+        for future in idle:
+            if not future.done():  # not timed out meanwhile
+                future.set_result(None)

@@ -115,7 +115,7 @@ class ShardClaims:
         """Claim and run `tick` of `job` now, whatever its startingDeadline (an explicit
         request: `Scheduler.run_once`); False when this replica did not get the claim."""
         entry = JobEntry(job=job, after=tick, not_before=tick)
-        self._jobs.entries[job.name] = entry
+        self._jobs.put(entry)
         ref = self._jobs.ref_of(job.name, self._group.state().shards)
         lock = self._locks.get(ref)
         result = await self._claim(lock, ref, tick, [entry], {job.name: True}, local=False)
@@ -184,9 +184,7 @@ class ShardClaims:
         start-by; None when there is none."""
         shards = self._group.state().shards
         jobs = [e.job for e in self._jobs.of_shard(ref, shards)]
-        jobs += [
-            j for j in self._jobs.foreign.values() if self._jobs.foreign_ref(j.name, shards) == ref
-        ]
+        jobs += self._jobs.foreign_of_shard(ref, shards)
         found: tuple[datetime, datetime] | None = None
         for job in jobs:
             schedule = job.spec.parsed_schedule
@@ -205,6 +203,7 @@ class ShardClaims:
         previous = self._claiming.get(ref.lease)
         settled: asyncio.Future[None] = loop.create_future()
         self._claiming[ref.lease] = settled
+        self._services.pacer.claiming(settled)
         try:
             if previous is not None:
                 await previous

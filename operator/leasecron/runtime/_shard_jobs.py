@@ -52,6 +52,13 @@ class JobEntry:
             self.unguarded.popitem(last=False)
 
 
+@dataclass
+class _ShardIndex:
+    shards: int
+    own: dict[str, list[str]] = field(default_factory=dict)
+    foreign: dict[str, list[str]] = field(default_factory=dict)
+
+
 class ShardJobs:
     """The scheduled jobs of the group this replica knows: once-per-tick ones run here
     (`entries`) or not (`foreign`), and every-replica ones (`local`)."""
@@ -64,6 +71,9 @@ class ShardJobs:
         self.foreign: dict[str, ScheduledJob] = {}
         self._foreign_placed: dict[str, tuple[int, ShardRef]] = {}
         """Per foreign job: the shard count and the shard Lease it was placed on last."""
+        self._index: _ShardIndex | None = None
+        """The jobs' names by shard Lease under one count, made again when the names change:
+        a shard's jobs are found without going through the whole group's."""
 
     def ref_of(self, name: str, shards: int) -> ShardRef:
         """The shard Lease that claims the ticks of the job named `name` under `shards`."""
@@ -77,8 +87,16 @@ class ShardJobs:
         return [*self.entries.values(), *self.local.values()]
 
     def add(self, job: ScheduledJob, *, created: datetime) -> None:
-        table = self.local if job.spec.bucket is Bucket.EVERY_REPLICA else self.entries
-        table[job.name] = JobEntry(job=job, after=created, not_before=created)
+        entry = JobEntry(job=job, after=created, not_before=created)
+        if job.spec.bucket is Bucket.EVERY_REPLICA:
+            self.local[job.name] = entry
+        else:
+            self.put(entry)
+
+    def put(self, entry: JobEntry) -> None:
+        """A once-per-tick job's entry, in place of any it had."""
+        self.entries[entry.job.name] = entry
+        self._index = None
 
     def update(self, job: ScheduledJob) -> bool:
         """The job's new spec; False when it is not run here."""
@@ -92,13 +110,14 @@ class ShardJobs:
 
     async def remove(self, name: str, reason: StopReason) -> None:
         entry = self.entries.pop(name, None) or self.local.pop(name, None)
+        self._index = None
         if entry is not None:
             entry.stopped = True
             await self._stop_running(entry, reason)
 
     async def close(self, reason: StopReason) -> None:
         """Forget every job and stop its runs."""
-        entries, self.entries, self.local = self.timed(), {}, {}
+        entries, self.entries, self.local, self._index = self.timed(), {}, {}, None
         await asyncio.gather(*(self._stop_running(e, reason) for e in entries))
 
     async def _stop_running(self, entry: JobEntry, reason: StopReason) -> None:
@@ -117,10 +136,13 @@ class ShardJobs:
     def note_foreign(self, job: ScheduledJob) -> None:
         """A once-per-tick job of the group whose handler is not registered here: this replica
         does not run it, and steps back from claiming its shard's instants when it is due."""
+        if job.name not in self.foreign:
+            self._index = None
         self.foreign[job.name] = job
 
     def forget_foreign(self, name: str) -> None:
-        self.foreign.pop(name, None)
+        if self.foreign.pop(name, None) is not None:
+            self._index = None
         self._foreign_placed.pop(name, None)
 
     def foreign_ref(self, name: str, shards: int) -> ShardRef:
@@ -138,11 +160,9 @@ class ShardJobs:
         """Handlers of every job of shard Lease `ref` due at `instant`, registered here or
         not."""
         handlers = {e.job.handler_name for e in due}
-        for job in self.foreign.values():
+        for job in self.foreign_of_shard(ref, shards):
             schedule = job.spec.parsed_schedule
-            if schedule is None or job.spec.suspend:
-                continue
-            if self.foreign_ref(job.name, shards) == ref and due_at(schedule, instant):
+            if schedule is not None and not job.spec.suspend and due_at(schedule, instant):
                 handlers.add(job.handler_name)
         return handlers
 
@@ -163,7 +183,23 @@ class ShardJobs:
         return [e for e in entries if is_due(e.job)]
 
     def of_shard(self, ref: ShardRef, shards: int) -> list[JobEntry]:
-        return [e for e in self.entries.values() if self.placed(e, shards) == ref]
+        """The jobs run here whose ticks shard Lease `ref` claims under `shards`."""
+        names = self._indexed(shards).own.get(ref.lease, ())
+        return [self.entries[name] for name in names]
+
+    def foreign_of_shard(self, ref: ShardRef, shards: int) -> list[ScheduledJob]:
+        """The group's jobs not run here whose ticks shard Lease `ref` claims."""
+        return [self.foreign[name] for name in self._indexed(shards).foreign.get(ref.lease, ())]
+
+    def _indexed(self, shards: int) -> _ShardIndex:
+        index = self._index
+        if index is None or index.shards != shards:
+            index = self._index = _ShardIndex(shards)
+            for name, entry in self.entries.items():
+                index.own.setdefault(self.placed(entry, shards).lease, []).append(name)
+            for name in self.foreign:
+                index.foreign.setdefault(self.foreign_ref(name, shards).lease, []).append(name)
+        return index
 
     def placed(self, entry: JobEntry, shards: int) -> ShardRef:
         if entry.placed is None or entry.placed[0] != shards:

@@ -126,3 +126,34 @@ def test_a_members_handlers_annotation_is_parsed_once_however_often_it_is_asked_
     changed = {"metadata": {"annotations": {ANNOTATION_HANDLERS: json.dumps(names[:3])}}}
     assert members.advertised_handlers(changed) == frozenset(names[:3])
     assert len(parses) == 2
+
+
+def test_the_live_members_are_read_from_each_member_lease_once_per_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every claim of an instant asks who is live: a replica's `Membership` parses each
+    member Lease once per resourceVersion, not on every question."""
+    from leasecron.coordination import _views
+    from leasecron.runtime._membership import Membership
+
+    parses: list[str] = []
+    real = _views.parse_lease
+    monkeypatch.setattr(_views, "parse_lease", lambda obj: parses.append("x") or real(obj))
+    clock = FakeClock()
+    leases: Any = type("Leases", (), {"kube": None, "collection_path": lambda self, **_: "/l"})()
+    membership = Membership(
+        leases=leases, namespace="ns", group="g", identity="me", handlers=list, clock=clock
+    )
+    objects = []
+    for i, identity in enumerate(["a", "b", "c"]):
+        body = member_body(identity=identity, group="g", handlers=[])
+        body["metadata"] |= {"namespace": "ns", "resourceVersion": str(i + 1)}
+        objects.append(body)
+    monkeypatch.setattr(membership.informer, "items", lambda: list(objects))
+    monkeypatch.setattr(membership.informer, "observed_at", lambda ns, name: clock.monotonic())
+    for _ in range(10):
+        assert membership.members() == ["a", "b", "c", "me"]
+    assert len(parses) == 3
+    objects[0] = {**objects[0], "metadata": {**objects[0]["metadata"], "resourceVersion": "9"}}
+    assert membership.members() == ["a", "b", "c", "me"]
+    assert len(parses) == 4

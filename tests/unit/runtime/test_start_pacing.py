@@ -112,3 +112,47 @@ def test_idle_returns_once_the_queued_starts_are_through_or_at_its_timeout() -> 
 def test_a_slice_must_be_positive() -> None:
     with pytest.raises(ValueError, match="slice_s"):
         StartPacer(slice_s=0)
+
+
+def test_idle_waits_for_the_claims_in_flight_as_for_queued_starts() -> None:
+    """The records of an instant's first runs go after its claims: `idle` returns once every
+    claim registered with `claiming` is settled (or at its timeout)."""
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        loop = asyncio.get_running_loop()
+        pacer = StartPacer()
+        first, second = loop.create_future(), loop.create_future()
+        pacer.claiming(first)
+        pacer.claiming(second)
+        waiter = asyncio.ensure_future(pacer.idle(timeout=10))
+        await asyncio.sleep(0.01)
+        while_claiming = waiter.done()
+        first.set_result(None)
+        await asyncio.sleep(0.01)
+        one_left = waiter.done()
+        second.cancel()  # a claim given up counts as settled too
+        await asyncio.wait_for(waiter, 1)
+        return while_claiming, one_left, waiter.done()
+
+    while_claiming, one_left, after = asyncio.run(scenario())
+    assert not while_claiming and not one_left and after
+
+
+def test_a_claim_holds_idle_up_at_most_its_hold_time() -> None:
+    """A claim that waits out another replica's live grant (minutes, for a hung run) must not
+    hold up the records that long."""
+
+    async def scenario() -> tuple[float, int]:
+        loop = asyncio.get_running_loop()
+        pacer = StartPacer()
+        never = loop.create_future()
+        pacer.claiming(never, at_most=0.05)
+        began = loop.time()
+        await pacer.idle(timeout=10)
+        waited = loop.time() - began
+        never.set_result(None)  # settled later: counted once
+        await asyncio.sleep(0)
+        return waited, pacer._claims
+
+    waited, claims = asyncio.run(scenario())
+    assert 0.05 <= waited < 1 and claims == 0

@@ -13,6 +13,7 @@ import pytest
 
 from leasecron.models.decisions import balanced_first, placed_rank, rendezvous_rank
 from leasecron.models.groups import shard_ref
+from leasecron.models.shards import DEFAULT_SHARDS, MAX_SHARDS, SHARDS_PER_REPLICA, shards_for
 
 
 def weights(jobs: int, shards: int) -> dict[str, int]:
@@ -106,3 +107,24 @@ def test_the_placed_replica_goes_first_and_the_others_follow_in_rendezvous_order
     for m in members:
         assert placed_rank("k", m, members, first=None) == rendezvous_rank("k", m, members)
         assert placed_rank("k", m, members, first="gone") == rendezvous_rank("k", m, members)
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3, 5, 6, 7, 10, 12, 20, 25, 33, 50])
+@pytest.mark.parametrize("jobs", [1000, 10_000])
+def test_the_count_shards_for_gives_spreads_an_instant_within_20_percent(
+    replicas: int, jobs: int
+) -> None:
+    """The sizing rule the docs and `leasecron shards` give: `SHARDS_PER_REPLICA` per replica,
+    as a power of two."""
+    shards = shards_for(replicas)
+    assert shards >= SHARDS_PER_REPLICA * replicas
+    low, high = spread(jobs, shards, replicas)
+    assert low >= -0.2, (shards, low, high)
+    assert high <= 0.2, (shards, low, high)
+
+
+def test_the_default_count_fits_up_to_six_replicas_by_the_rule() -> None:
+    assert shards_for(1) == DEFAULT_SHARDS
+    assert DEFAULT_SHARDS >= SHARDS_PER_REPLICA * 6
+    assert shards_for(7) == 2 * DEFAULT_SHARDS
+    assert shards_for(10_000) == MAX_SHARDS
