@@ -56,8 +56,10 @@ def member_lease_name(group: str, identity: str) -> str:
     return dns_name(f"leasecron-member-{group}-{identity}")
 
 
+@functools.lru_cache(maxsize=1024)
 def tick_stamp(tick: datetime) -> str:
-    """`yyyymmddhhmmss` of a tick in UTC, as used in JobRun names."""
+    """`yyyymmddhhmmss` of a tick in UTC, as used in JobRun names (cached: every run of an
+    instant names its JobRun with the same stamp)."""
     return tick.astimezone(UTC).strftime("%Y%m%d%H%M%S")
 
 
