@@ -125,10 +125,12 @@ def test_idle_waits_for_the_claims_in_flight_as_for_queued_starts() -> None:
         pacer.claiming(first)
         pacer.claiming(second)
         waiter = asyncio.ensure_future(pacer.idle(timeout=10))
-        await asyncio.sleep(0.01)
+        for _ in range(5):  # the waiter has run up to its wait (and would have returned)
+            await asyncio.sleep(0)
         while_claiming = waiter.done()
         first.set_result(None)
-        await asyncio.sleep(0.01)
+        for _ in range(5):
+            await asyncio.sleep(0)
         one_left = waiter.done()
         second.cancel()  # a claim given up counts as settled too
         await asyncio.wait_for(waiter, 1)
