@@ -63,7 +63,7 @@ class _CompactMetric(Collector, Generic[_S]):
             values = tuple(named[label] for label in self.labelnames)
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values!r}")
-        key = tuple(str(v) for v in values)
+        key = tuple(map(str, values))
         series = self._series.get(key)
         if series is None:
             with self.lock:

@@ -44,6 +44,8 @@ HANDLER = "bench"
 _SETTLE_S = 3.0
 _RECORDS_WAIT_S = 120.0
 _BACKLOG_POLL_S = 0.02
+_TRACED_PAUSE_S = 0.02
+"""Garbage-collector pauses longer than this go to the trace ($LEASECRON_BENCH_TRACE)."""
 _QUIET_S = 1.0
 
 
@@ -333,7 +335,8 @@ async def _measure(
     cpu_s = _cpu_seconds() - cpu
     at_rest = await _at_rest(args.at_rest, claims) if args.at_rest > 0 else None
     if claims.trace is not None:  # $LEASECRON_BENCH_TRACE: every request, for a closer look
-        io.emit(event="trace", requests=claims.trace)
+        long_pauses = [pause for pause in pauses.pauses if pause[1] > _TRACED_PAUSE_S]
+        io.emit(event="trace", requests=claims.trace, pauses=long_pauses)
     io.emit(
         event="done",
         records_idle_at=claims.last_record_write or (watch.idle_at if watch.pending_seen else None),

@@ -217,13 +217,22 @@ def _ledger_lines(ledger: Any) -> tuple[int, int]:
 
 
 def _write_trace(run: BenchRun, epoch: float) -> None:
-    """With $LEASECRON_BENCH_TRACE (a file path), every request of every replica through the
-    runtime, as JSON lines (replica, method, resource, sent and answered after tick 0)."""
+    """With $LEASECRON_BENCH_TRACE (a file path), what every replica through the runtime did,
+    as JSON lines, times in seconds after tick 0: each request (replica, method, resource,
+    sent, answered), each measured run start (`"start"`, replica, started, its claim's
+    answer after its instant, token) and each garbage-collector pause over 20 ms (`"gc"`,
+    replica, ended, seconds, generation)."""
     path = os.environ.get("LEASECRON_BENCH_TRACE")
     if not path:
         return
     with open(path, "w", encoding="utf-8") as out:
+        for m in (m for m in run.group.history if m.event == "grant"):
+            answered, token = m.data.get("claim_answered"), m.data.get("token")
+            out.write(json.dumps(["start", m.replica, m.data["t"] - epoch, answered, token]) + "\n")
         for m in (m for m in run.group.history if m.event == "trace"):
+            for ended, seconds, generation in m.data.get("pauses", []):
+                row = ["gc", m.replica, ended - epoch, seconds, generation]
+                out.write(json.dumps(row) + "\n")
             for method, resource, sent, answered in m.data["requests"]:
                 row = [m.replica, method, resource, sent - epoch, answered - epoch]
                 out.write(json.dumps(row) + "\n")

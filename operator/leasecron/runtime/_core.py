@@ -153,6 +153,7 @@ class Runtime:
         unsubscribe_pickup = jobs_informer.subscribe(lambda _: pickup.resync())
         collector = GcTuner(enabled=services.tuning.tune_gc)
         collector.start()
+        services.pacer.on_busy = collector.hold  # no collection in a burst of claims and starts
 
         def grown(_: object) -> None:
             collector.jobs(table.known)
@@ -191,6 +192,7 @@ class Runtime:
             unsubscribe()
             unsubscribe_pickup()
             unsubscribe_freezer()
+            services.pacer.on_busy = None
             collector.stop()
             if self._background is not None:
                 self._background.cancel()

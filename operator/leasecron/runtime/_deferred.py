@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -47,19 +47,56 @@ async def _at_once(_timeout: float) -> None:
     """No run starts to wait for."""
 
 
-@dataclass(eq=False)
 class DeferredRun:
-    """One run's record on its way to the store."""
+    """One run's record on its way to the store. Its JobRun bodies (`run`, the create's;
+    `final`, the outcome's) are made when first asked for, which for a run under a shard
+    claim is by a writer, off the start path."""
 
-    run: JobRun
-    job_uid: str | None
-    final: JobRun | None = None
-    latest: JobRun | None = None
-    """The attempts so far of a retried run, not written yet (while it still goes)."""
-    created: bool = False
-    done: bool = False
-    writing: bool = False
-    queued: bool = field(default=True)
+    def __init__(
+        self,
+        *,
+        job_uid: str | None,
+        run: JobRun | None = None,
+        make: Callable[[], JobRun] | None = None,
+        final: JobRun | None = None,
+        created: bool = False,
+    ) -> None:
+        if run is None and make is None:
+            raise ValueError("a deferred run needs its JobRun or the means to make it")
+        self.job_uid = job_uid
+        self._run, self._make = run, make
+        self._final = final
+        self._end: Callable[[JobRun], JobRun] | None = None
+        self.latest: JobRun | None = None
+        """The attempts so far of a retried run, not written yet (while it still goes)."""
+        self.created = created
+        self.done = False
+        self.writing = False
+        self.queued = True
+
+    @property
+    def run(self) -> JobRun:
+        """The record as created (Running)."""
+        if self._run is None:
+            assert self._make is not None
+            self._run, self._make = self._make(), None
+        return self._run
+
+    @property
+    def final(self) -> JobRun | None:
+        """The record with the run's outcome; None while the run goes on."""
+        if self._final is None and self._end is not None:
+            self._final, self._end = self._end(self.run), None
+        return self._final
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended (without making its final record)."""
+        return self._final is not None or self._end is not None
+
+    def end(self, finish: Callable[[JobRun], JobRun]) -> None:
+        """The run ended: `finish` makes its final record from the created one."""
+        self._final, self._end = None, finish
 
     @property
     def name(self) -> str:
@@ -96,7 +133,8 @@ class DeferredRecords:
         if len(self._pending) >= DEFERRED_LIMIT:
             _log.warning("deferred record queue full; recording on the start path", job=job.name)
             return None
-        run = JobRun.for_tick(
+        make = functools.partial(
+            JobRun.for_tick,
             job=job.name,
             tick=tick,
             holder=holder,
@@ -104,7 +142,7 @@ class DeferredRecords:
             fencing_token=token,
             namespace=self._recorder.namespace,
         )
-        entry = DeferredRun(run=run, job_uid=job.uid)
+        entry = DeferredRun(make=make, job_uid=job.uid)
         self._pending.add(entry)
         self._queue(entry)
         return entry
@@ -134,14 +172,18 @@ class DeferredRecords:
         attempts: tuple[Attempt, ...] | None = None,
     ) -> None:
         """The run ended: its final status goes out with the create, or as a patch after it."""
-        entry.final = entry.run.finish(outcome=outcome, end=now, message=message, attempts=attempts)
+        entry.end(
+            functools.partial(
+                JobRun.finish, outcome=outcome, end=now, message=message, attempts=attempts
+            )
+        )
         entry.latest = None
         self._queue_idle(entry)
 
     def progress(self, entry: DeferredRun, *, attempts: tuple[Attempt, ...], message: str) -> None:
         """A retried run's attempts so far (still Running): patched after the create, in
         order with the final status (one write at a time per record)."""
-        if entry.final is not None:
+        if entry.ended:
             return
         entry.latest = entry.run.retrying(attempts=attempts, message=message)
         self._queue_idle(entry)
@@ -218,7 +260,7 @@ class DeferredRecords:
             delay = _RETRY_FIRST
             if entry.done:
                 self._pending.discard(entry)
-            elif (entry.final or entry.latest) is not None and not entry.queued:
+            elif (entry.ended or entry.latest is not None) and not entry.queued:
                 self._queue(entry)  # the run ended (or retried) while its create was on the way
             self._recorder.update_backlog()
         if not self._todo and all(t.done() or t is asyncio.current_task() for t in self._writers):

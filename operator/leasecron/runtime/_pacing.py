@@ -13,6 +13,10 @@ woken start that no longer fits waits for the next slice, first). So each iterat
 about one slice of start work, and whatever else is ready (a renewal's timer, its reply) runs
 between slices, while the work around the starts does not slow them down. It does not bound
 anything a handler does once it runs, and it does not reorder starts.
+
+It also says when a burst begins and ends (`on_busy`): busy from the first claim in flight or
+start queued until none is left, so that work which can wait (the garbage collector's scans,
+`_collector.GcTuner.hold`) waits until the burst is through.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 
 DEFAULT_SLICE_S = 0.02
 """Loop time per slice of starts: small beside a grant's renewal interval (seconds)."""
@@ -48,6 +53,10 @@ class StartPacer:
         """Told (`idle`) once no start waits any more and no claim is in flight."""
         self._claims = 0
         """Claims of this replica not settled yet (`claiming`)."""
+        self._busy = False
+        self.on_busy: Callable[[bool], None] | None = None
+        """Told True when a burst begins (a claim in flight or a start queued where there was
+        none) and False once it is through (`idle` would return at once)."""
 
     @property
     def waiting(self) -> int:
@@ -60,6 +69,7 @@ class StartPacer:
         for it as they wait for queued starts, so an instant's claims land first and the API
         server's work on the records of the runs already started comes after them."""
         self._claims += 1
+        self._tell_busy()
         timer: asyncio.TimerHandle | None = None
 
         def release(_settled: object = None) -> None:
@@ -95,6 +105,7 @@ class StartPacer:
         while True:
             future: asyncio.Future[None] = loop.create_future()
             queue.append(future)
+            self._tell_busy()
             self._close_soon(loop)
             await future
             if self._fits(loop):
@@ -135,12 +146,24 @@ class StartPacer:
                     future.set_result(None)
                     woken += 1
         if woken:
-            self._close_soon(loop)  # after the wake-ups: it runs once they have taken a step
-        self._tell_idle()
+            # After the wake-ups: it runs once they have taken a step, and tells `idle` then.
+            self._close_soon(loop)
+        else:
+            self._tell_idle()
+
+    def _tell_busy(self) -> None:
+        if not self._busy:
+            self._busy = True
+            if self.on_busy is not None:
+                self.on_busy(True)
 
     def _tell_idle(self) -> None:
-        if self.waiting or self._claims:
-            return
+        if self.waiting or self._claims or self._closing:
+            return  # (a slice still closing tells it once its starts have taken their step)
+        if self._busy:
+            self._busy = False
+            if self.on_busy is not None:
+                self.on_busy(False)
         idle, self._idle = self._idle, []
         for future in idle:
             if not future.done():  # not timed out meanwhile

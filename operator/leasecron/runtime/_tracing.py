@@ -52,6 +52,15 @@ def tracer() -> Tracer | None:
     return trace.get_tracer("leasecron", __version__)
 
 
+def _provided() -> bool:
+    """Whether the application set a tracer provider: without one every span is a no-op, and
+    a run does not make one (a few microseconds a run, on the start path)."""
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
 @contextlib.contextmanager
 def caller_parent() -> Iterator[None]:
     """Within this block (and the tasks and threads started from it), a run's span is a
@@ -85,7 +94,7 @@ class RunSpan:
         """Start the span of one run; `parent` None: the caller's context inside
         `caller_parent()`, else a root."""
         chosen = tracer()
-        if chosen is None:
+        if chosen is None or not _provided():
             return cls(None)
         from opentelemetry import context, trace
 

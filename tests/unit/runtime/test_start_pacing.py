@@ -158,3 +158,30 @@ def test_a_claim_holds_idle_up_at_most_its_hold_time() -> None:
 
     waited, claims = asyncio.run(scenario())
     assert 0.05 <= waited < 1 and claims == 0
+
+
+def test_on_busy_is_told_when_a_burst_of_claims_and_starts_begins_and_when_it_is_through() -> None:
+    """From the first claim in flight (or start queued) until none is left: once each way."""
+
+    async def scenario() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        pacer, told = StartPacer(slice_s=0.001), []
+        pacer.on_busy = told.append
+        claim = loop.create_future()
+        pacer.claiming(claim)
+        claim.set_result(None)
+        await asyncio.sleep(0)
+        starts = 0
+
+        async def start() -> None:
+            nonlocal starts
+            await pacer.turn()
+            sum(range(20_000))  # a start's work: later ones no longer fit the slice
+            starts += 1
+
+        await asyncio.gather(*(start() for _ in range(200)))
+        await pacer.idle(timeout=1)
+        assert starts == 200
+        return told
+
+    assert asyncio.run(scenario()) == [True, False, True, False]
