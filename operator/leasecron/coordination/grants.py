@@ -40,21 +40,43 @@ class LostLockError(RuntimeError):
 
 class LostEvent(threading.Event):
     """A threading.Event whose `set()` also runs registered callbacks once (from the setting
-    thread). `wait_async()` awaits it from a coroutine without blocking the loop."""
+    thread). `wait_async()` awaits it from a coroutine without blocking the loop.
 
-    def __init__(self) -> None:
-        super().__init__()
+    Its Condition is made when a thread first waits on it: every run has one or two of these
+    and nearly none is waited on by a thread (a threading.Condition is a dozen objects, made
+    and collected per run on the start path)."""
+
+    def __init__(self) -> None:  # threading.Event's state, but its Condition made lazily
+        self._flag = False
+        self._waiters_cond: threading.Condition | None = None
         self._callbacks: dict[int, Callable[[], None]] = {}
         """By registration number: removed in O(1) (a grant has a callback per run)."""
         self._next = 0
         self._guard = threading.Lock()
 
+    @property
+    def _cond(self) -> threading.Condition:
+        """threading.Event's Condition, made on first use (`wait`, `clear`)."""
+        with self._guard:
+            if self._waiters_cond is None:
+                self._waiters_cond = threading.Condition(threading.Lock())
+            return self._waiters_cond
+
+    def _at_fork_reinit(self) -> None:
+        if self._waiters_cond is not None:
+            self._waiters_cond._at_fork_reinit()  # type: ignore[attr-defined]
+        self._guard = threading.Lock()
+
     def set(self) -> None:
         with self._guard:
-            if self.is_set():
+            if self._flag:
                 return
-            super().set()
+            self._flag = True
+            cond = self._waiters_cond
             callbacks, self._callbacks = list(self._callbacks.values()), {}
+        if cond is not None:  # a waiter made it: it checks the flag under its lock
+            with cond:
+                cond.notify_all()
         for callback in callbacks:
             try:
                 callback()
@@ -65,7 +87,7 @@ class LostEvent(threading.Event):
         """Run `callback` when the event is set (at once if it already is); returns a
         function that unregisters it."""
         with self._guard:
-            if not self.is_set():
+            if not self._flag:
                 number, self._next = self._next, self._next + 1
                 self._callbacks[number] = callback
                 return lambda: self._remove(number)

@@ -46,6 +46,10 @@ from leasecron.runtime._retries import Attempts, Finished, mark_writer, progress
 from leasecron.runtime._timeouts import timeout_of
 
 _log = get_logger("leasecron.runtime")
+_JOB_LOG = structlog.get_logger("leasecron.job")
+"""The runs' logger, bound per run (`Services.context`): a lazy proxy made once, which follows
+structlog's configuration as any logger of the library does (made again at each bind unless
+`cache_logger_on_first_use`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,7 +175,7 @@ class Services:
     ) -> JobContext:
         """The JobContext of one run of `job`, its logger bound to job, tick, holder, token
         (and the trigger of a requested run, the attempt of a handed-over one)."""
-        logger = structlog.get_logger("leasecron.job").bind(
+        logger = _JOB_LOG.bind(
             job=job.name,
             namespace=self.namespace,
             tick=format_tick(tick),

@@ -45,6 +45,8 @@ class JobEntry:
     """The shard Lease of the job under the shard count it was computed for."""
     ran: datetime | None = None
     """The newest tick of the job this replica ran or recorded under a grant."""
+    timed_as: int = 0
+    """Which of the timer's queue items for this entry is current (`_shard_timer`)."""
 
     def remember_unguarded(self, tick: datetime) -> None:
         self.unguarded[tick] = None
@@ -72,6 +74,9 @@ class ShardJobs:
         self._foreign_placed: dict[str, tuple[int, ShardRef]] = {}
         """Per foreign job: the shard count and the shard Lease it was placed on last."""
         self._index: _ShardIndex | None = None
+        self.unplanned: list[JobEntry] = []
+        """Entries whose next tick the timer has to plan (new, changed or just due), in
+        the order they came."""
         """The jobs' names by shard Lease under one count, made again when the names change:
         a shard's jobs are found without going through the whole group's."""
 
@@ -90,6 +95,7 @@ class ShardJobs:
         entry = JobEntry(job=job, after=created, not_before=created)
         if job.spec.bucket is Bucket.EVERY_REPLICA:
             self.local[job.name] = entry
+            self.unplanned.append(entry)
         else:
             self.put(entry)
 
@@ -97,6 +103,12 @@ class ShardJobs:
         """A once-per-tick job's entry, in place of any it had."""
         self.entries[entry.job.name] = entry
         self._index = None
+        self.unplanned.append(entry)
+
+    def current(self, entry: JobEntry) -> bool:
+        """Whether `entry` is still its job's here (not removed nor replaced)."""
+        name = entry.job.name
+        return self.entries.get(name) is entry or self.local.get(name) is entry
 
     def update(self, job: ScheduledJob) -> bool:
         """The job's new spec; False when it is not run here."""
@@ -106,6 +118,7 @@ class ShardJobs:
         if entry.job.spec.suspend and not job.spec.suspend:
             entry.not_before = max(entry.not_before, self._services.clock.now())
         entry.job, entry.next = job, None
+        self.unplanned.append(entry)
         return True
 
     async def remove(self, name: str, reason: StopReason) -> None:
@@ -118,6 +131,7 @@ class ShardJobs:
     async def close(self, reason: StopReason) -> None:
         """Forget every job and stop its runs."""
         entries, self.entries, self.local, self._index = self.timed(), {}, {}, None
+        self.unplanned = []
         await asyncio.gather(*(self._stop_running(e, reason) for e in entries))
 
     async def _stop_running(self, entry: JobEntry, reason: StopReason) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,6 +74,10 @@ class ShardTimer:
         self._spawn = spawn
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._queued: list[tuple[datetime, int, JobEntry]] = []
+        """The planned jobs by next tick (a heap); an item whose entry was planned again,
+        replaced or removed since is dropped when it comes up."""
+        self._order = 0
 
     def wake(self) -> None:
         """The jobs changed: plan again (the timer starts on the first)."""
@@ -105,22 +110,11 @@ class ShardTimer:
         clock = self._services.clock
         while True:
             self._changed.clear()
-            plans: dict[tuple[object, ...], NextTick | None] = {}
-            timed = self._jobs.timed()
-            for entry in timed:
-                if entry.next is None:
-                    # Jobs on the same schedule (all the hourly ones) share one computation.
-                    spec = entry.job.spec
-                    key: tuple[object, ...] = (spec.schedule, spec.time_zone, entry.after)
-                    key += (spec.starting_deadline, _catch_up(entry.job))
-                    if key not in plans:
-                        plans[key] = self._plan(entry)
-                    entry.next = plans[key]
-            planned = [e for e in timed if e.next is not None]
-            if not planned:
+            self._plan_changed()
+            soonest = self._soonest()
+            if soonest is None:
                 await self._changed.wait()
                 continue
-            soonest = min(e.next.tick for e in planned if e.next is not None)
             remaining = (soonest - clock.now()).total_seconds()
             if remaining > _PREPARE_S:
                 with contextlib.suppress(TimeoutError):
@@ -131,17 +125,64 @@ class ShardTimer:
             if remaining > 0:
                 # The instant's grouping and placement are done before it comes, so that the
                 # claims go out as it does (a large group's work per job is not on the clock).
-                prepared = self._prepare([e for e in planned if e.next and e.next.tick <= soonest])
+                due = self._take_due(soonest)
+                prepared = self._prepare(due)
                 remaining = (soonest - clock.now()).total_seconds() - _LEAD_S
                 if remaining > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._changed.wait(), remaining)
-                        continue  # the jobs changed: plan again
+                        for entry in due:  # the jobs changed: plan again
+                            self._queue(entry)
+                        continue
             else:
-                now = clock.now()
-                prepared = self._prepare([e for e in planned if e.next and e.next.tick <= now])
+                prepared = self._prepare(self._take_due(clock.now()))
             self._launch(prepared)
             await asyncio.sleep(0)  # the claims go out before the next ticks are planned
+
+    def _plan_changed(self) -> None:
+        """Plan the next tick of every job new, changed or just due (jobs on the same
+        schedule share one computation) and queue it: the work per wake-up is that of the
+        jobs that changed, not of all of them."""
+        plans: dict[tuple[object, ...], NextTick | None] = {}
+        changed, self._jobs.unplanned = self._jobs.unplanned, []
+        for entry in changed:
+            if entry.next is not None or not self._jobs.current(entry):
+                continue
+            spec = entry.job.spec
+            key: tuple[object, ...] = (spec.schedule, spec.time_zone, entry.after)
+            key += (spec.starting_deadline, _catch_up(entry.job))
+            if key not in plans:
+                plans[key] = self._plan(entry)
+            entry.next = plans[key]
+            self._queue(entry)
+
+    def _queue(self, entry: JobEntry) -> None:
+        if entry.next is not None:
+            self._order += 1
+            entry.timed_as = self._order
+            heapq.heappush(self._queued, (entry.next.tick, self._order, entry))
+
+    def _current(self, item: tuple[datetime, int, JobEntry]) -> bool:
+        """Whether a queue item is its entry's latest plan and the entry is still here."""
+        tick, order, entry = item
+        planned = entry.next
+        current = planned is not None and planned.tick == tick and entry.timed_as == order
+        return current and self._jobs.current(entry)
+
+    def _soonest(self) -> datetime | None:
+        queued = self._queued
+        while queued and not self._current(queued[0]):
+            heapq.heappop(queued)
+        return queued[0][0] if queued else None
+
+    def _take_due(self, until: datetime) -> list[JobEntry]:
+        """The jobs planned at or before `until`, out of the queue (put back by `_queue`)."""
+        queued, due = self._queued, []
+        while queued and queued[0][0] <= until:
+            item = heapq.heappop(queued)
+            if self._current(item):
+                due.append(item[2])
+        return due
 
     def _prepare(self, due: list[JobEntry]) -> _Prepared:
         """Group every due job's tick by shard Lease and instant, and place the member that
@@ -170,6 +211,7 @@ class ShardTimer:
             if planned is None:
                 continue
             entry.after, entry.next = planned.tick, None
+            self._jobs.unplanned.append(entry)
             if entry.job.spec.suspend:
                 self._services.skip(entry.job, SkipReason.SUSPENDED, tick=planned.tick)
             elif entry.job.spec.bucket is Bucket.EVERY_REPLICA:

@@ -1,0 +1,114 @@
+"""The tick timer's queue (`_shard_timer.ShardTimer`): a wake-up plans the jobs that are new,
+changed or just due, not every job of the replica (a replica taking up 10,000 jobs was woken
+once per batch of them and went through all of them each time: seconds of its loop), and a
+job's queued tick is dropped once the job is planned again, replaced or removed."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from leasecron.models.clocks import FakeClock
+from leasecron.models.specs import ScheduledJob
+from leasecron.runtime._invoke import StopReason
+from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
+from leasecron.runtime._shard_timer import ShardTimer
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def job(name: str, schedule: str = "* * * * *") -> ScheduledJob:
+    spec: dict[str, Any] = {"bucket": "once-per-tick", "schedule": schedule, "group": "g"}
+    return ScheduledJob.from_resource(
+        {
+            "apiVersion": "leasecron.dev/v1alpha1",
+            "kind": "ScheduledJob",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+            "spec": spec,
+        }
+    )
+
+
+def timer() -> tuple[ShardTimer, ShardJobs]:
+    services: Any = SimpleNamespace(group="g", grace_period=1.0, clock=FakeClock(start=NOW))
+    jobs = ShardJobs(services)
+    nothing: Any = None
+    return ShardTimer(services, jobs, nothing, nothing, nothing, spawn=nothing), jobs
+
+
+def names(entries: list[JobEntry]) -> set[str]:
+    return {e.job.name for e in entries}
+
+
+def test_a_wake_up_plans_the_jobs_that_changed_not_all_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    planned: list[str] = []
+    real = ShardTimer._plan
+
+    def counted(self: ShardTimer, entry: JobEntry) -> Any:
+        planned.append(entry.job.name)
+        return real(self, entry)
+
+    monkeypatch.setattr(ShardTimer, "_plan", counted)
+    clock, jobs = timer()
+    for index in range(500):  # one schedule, created at different times: one plan each
+        jobs.add(job(f"job-{index}"), created=NOW - timedelta(seconds=index))
+    clock._plan_changed()
+    first = len(planned)
+    jobs.update(job("job-7", "*/5 * * * *"))
+    jobs.add(job("new"), created=NOW)
+    clock._plan_changed()
+
+    assert first == 500
+    assert planned[first:] == ["job-7", "new"]
+
+
+def test_the_soonest_tick_and_the_jobs_due_by_it_come_from_the_queue() -> None:
+    clock, jobs = timer()
+    jobs.add(job("minutely"), created=NOW)
+    jobs.add(job("five", "*/5 * * * *"), created=NOW)
+    clock._plan_changed()
+
+    soonest = clock._soonest()
+    due = clock._take_due(NOW + timedelta(minutes=1))
+    later = clock._take_due(NOW + timedelta(minutes=5))
+
+    assert soonest == NOW + timedelta(minutes=1)
+    assert names(due) == {"minutely"}
+    assert names(later) == {"five"}
+
+
+def test_a_job_replanned_replaced_or_removed_leaves_no_tick_in_the_queue() -> None:
+    clock, jobs = timer()
+    for name in ("changed", "replaced", "removed", "kept"):
+        jobs.add(job(name), created=NOW)
+    clock._plan_changed()
+    jobs.update(job("changed", "*/5 * * * *"))  # planned again: its minutely tick is gone
+    jobs.put(JobEntry(job=job("replaced"), after=NOW, not_before=NOW))
+    asyncio.run(jobs.remove("removed", StopReason.REMOVED))
+    clock._plan_changed()
+
+    due = clock._take_due(NOW + timedelta(minutes=1))
+    after = clock._take_due(NOW + timedelta(minutes=5))
+
+    assert sorted(e.job.name for e in due) == ["kept", "replaced"]
+    assert names(after) == {"changed"}
+    assert clock._soonest() is None
+
+
+def test_jobs_taken_due_and_put_back_are_due_again() -> None:
+    """The jobs changed between preparing an instant and launching it: the ones taken are
+    queued again and planned with the rest."""
+    clock, jobs = timer()
+    jobs.add(job("a"), created=NOW)
+    clock._plan_changed()
+    taken = clock._take_due(NOW + timedelta(minutes=1))
+    for entry in taken:
+        clock._queue(entry)
+
+    assert names(clock._take_due(NOW + timedelta(minutes=1))) == {"a"}
