@@ -16,7 +16,7 @@ from leasecron.kube.errors import Unavailable
 from leasecron.kube.jobruns import JobRunStore
 from leasecron.models.clocks import FakeClock
 from leasecron.models.names import jobrun_name
-from leasecron.models.specs import Attempt, Outcome, validate_resource
+from leasecron.models.specs import Attempt, JobRun, Outcome, validate_resource
 from leasecron.runtime import _deferred
 from leasecron.runtime._records import Recorder
 from leasecron.testing.handlers import scheduled_job
@@ -267,3 +267,39 @@ def test_each_record_write_waits_until_the_run_starts_queued_before_it_are_throu
     asked, held, written = asyncio.run(scenario())
     assert asked[0] == _deferred._YIELD_MAX_S
     assert held == [] and written == ["create Running"]
+
+
+def test_a_records_bodies_are_made_by_its_writer_not_where_the_run_starts_and_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thousands of runs start and end on one instant: the JobRun models of their records
+    are made off that path, when a writer takes them up."""
+    store = CountingJobRuns()
+    made: list[str] = []
+    for_tick, finish = JobRun.for_tick, JobRun.finish
+
+    def counted_for_tick(**kwargs: Any) -> JobRun:
+        made.append("for_tick")
+        return for_tick(**kwargs)
+
+    def counted_finish(self: JobRun, **kwargs: Any) -> JobRun:
+        made.append("finish")
+        return finish(self, **kwargs)
+
+    monkeypatch.setattr(JobRun, "for_tick", staticmethod(counted_for_tick))
+    monkeypatch.setattr(JobRun, "finish", counted_finish)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        rec = recorder(store)
+        run = rec.deferred.start(JOB, tick=TICK, holder="a", token=7, now=TICK)
+        assert run is not None
+        rec.deferred.finish(run, outcome=Outcome.SUCCEEDED, message="", now=TICK)
+        on_the_run_path = list(made)
+        assert await rec.flush(timeout=5)
+        return on_the_run_path, list(made)
+
+    on_the_run_path, after = asyncio.run(scenario())
+    assert on_the_run_path == []
+    assert after == ["for_tick", "finish"]
+    [record] = store.items.values()
+    assert record["spec"]["start"] is not None and record["status"]["outcome"] == "Succeeded"

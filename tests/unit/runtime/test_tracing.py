@@ -185,3 +185,13 @@ def test_without_opentelemetry_a_run_goes_as_before_and_no_span_is_made() -> Non
     run(lambda ctx: seen.append(ctx.job))
     assert seen == ["report"]
     assert _tracing.tracer() is None
+
+
+def test_without_a_tracer_provider_a_run_makes_no_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the application sets a provider every span is a no-op: the start path of each
+    run does not make one."""
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    span = RunSpan.start(
+        job="report", namespace="ns", tick=TICK, token=1, holder="me", bucket="once-per-tick"
+    )
+    assert span._span is None
