@@ -22,10 +22,9 @@ The run starts of a large instant still fill the young generations: with 2000 st
 replica, the objects of the runs going on (their tasks, contexts, queued records) piled up in
 the middle generation, and its collection took 150-400 ms of the loop in the middle of the
 starts (the 10,000-job benchmark; docs/benchmarks.md). So while a burst of claims and starts
-goes on (`StartPacer.on_busy`: until nothing has queued for half a second, as the shards of
-one instant are granted one after another), collection is held (`hold`: `gc.disable()`, at
-most `HOLD_MAX_S`), and it runs after, when what it delays are the records written off the
-start path.
+goes on (`StartPacer.on_busy`) and `SETTLE_S` after it, collection is held (`hold`:
+`gc.disable()`, at most `HOLD_MAX_S`), and it runs after, when what it delays are the records
+written off the start path.
 
 What it costs: a reference cycle among frozen objects that later becomes garbage is not
 collected (objects freed by reference counting are freed as always; leasecron's job objects
@@ -47,6 +46,9 @@ _STEP = 100
 DEFAULT_THRESHOLDS = (700, 10, 10)
 """CPython's own: an application that changed them manages the collector itself."""
 THRESHOLDS = (20_000, 50, 100)
+SETTLE_S = 0.5
+"""How long collection stays held after a burst, in case another begins (seconds): the
+shards of one instant are claimed, granted and started one after another."""
 HOLD_MAX_S = 10.0
 """The longest a burst holds collection (seconds): a burst is seconds of starts at most; a
 longer one must not keep cyclic garbage from being collected for good."""
@@ -63,6 +65,8 @@ class GcTuner:
         self._replaced: tuple[int, int, int] | None = None
         self._held: asyncio.TimerHandle | None = None
         """While collection is held: the timer that ends the hold at `HOLD_MAX_S`."""
+        self._settling: asyncio.TimerHandle | None = None
+        """After a burst: the timer that ends the hold `SETTLE_S` later."""
 
     def start(self) -> None:
         """Raise the thresholds, unless turned off or the application set its own."""
@@ -88,18 +92,24 @@ class GcTuner:
         return True
 
     def hold(self, busy: bool) -> None:
-        """Hold collection while `busy` (a burst of claims and starts, `StartPacer.on_busy`,
-        which settles before it says the burst is over), for at most `HOLD_MAX_S`. Called on
-        the event loop. Does nothing when turned off, or when the application disabled the
-        collector itself."""
+        """Hold collection while `busy` (a burst of claims and starts: `StartPacer.on_busy`)
+        and `SETTLE_S` after it (a large instant's shards become busy one after another), for
+        at most `HOLD_MAX_S` in all. Called on the event loop. Does nothing when turned off,
+        or when the application disabled the collector itself."""
+        loop = asyncio.get_running_loop()
+        if self._settling is not None:
+            self._settling.cancel()
+            self._settling = None
         if busy and self._held is None and self.enabled and gc.isenabled():
             gc.disable()
-            self._held = asyncio.get_running_loop().call_later(HOLD_MAX_S, self._let_go)
-        elif not busy:
-            self._let_go()
+            self._held = loop.call_later(HOLD_MAX_S, self._let_go)
+        elif not busy and self._held is not None:
+            self._settling = loop.call_later(SETTLE_S, self._let_go)
 
     def _let_go(self) -> None:
+        for timer in (self._held, self._settling):
+            if timer is not None:
+                timer.cancel()
         if self._held is not None:
-            self._held.cancel()
-            self._held = None
             gc.enable()
+        self._held = self._settling = None

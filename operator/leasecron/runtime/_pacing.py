@@ -14,13 +14,9 @@ about one slice of start work, and whatever else is ready (a renewal's timer, it
 between slices, while the work around the starts does not slow them down. It does not bound
 anything a handler does once it runs, and it does not reorder starts.
 
-It also says when a burst begins and ends (`on_busy`, `idle`): busy from the first claim in
-flight or start queued until none has been for `settle_s`, so that work which can wait (the
-records of the runs, `idle`; the garbage collector's scans, `_collector.GcTuner.hold`) waits
-until the burst is through. The settling is there because a large instant's shards are granted
-one after another (a replica's queue empties between them) and the other replicas start their
-share of the instant at the same time: a record written then costs the API server the CPU the
-starts are short of on a shared machine.
+It also says when a burst begins and ends (`on_busy`): busy from the first claim in flight or
+start queued until none is left, so that work which can wait (the garbage collector's scans,
+`_collector.GcTuner.hold`) waits until the burst is through.
 """
 
 from __future__ import annotations
@@ -32,8 +28,6 @@ from collections.abc import Callable
 
 DEFAULT_SLICE_S = 0.02
 """Loop time per slice of starts: small beside a grant's renewal interval (seconds)."""
-DEFAULT_SETTLE_S = 0.5
-"""How long no start may have queued and no claim been in flight before a burst is over."""
 CLAIM_HOLD_S = 2.0
 """How long a claim in flight holds up `idle` at most (seconds)."""
 
@@ -41,13 +35,10 @@ CLAIM_HOLD_S = 2.0
 class StartPacer:
     """Admits run starts one slice of event-loop time at a time (one per event loop)."""
 
-    def __init__(
-        self, *, slice_s: float = DEFAULT_SLICE_S, settle_s: float = DEFAULT_SETTLE_S
-    ) -> None:
+    def __init__(self, *, slice_s: float = DEFAULT_SLICE_S) -> None:
         if slice_s <= 0:
             raise ValueError(f"slice_s must be positive, not {slice_s!r}")
         self.slice_s = slice_s
-        self.settle_s = settle_s
         self._until: float | None = None
         """Loop time the open slice ends; None while no slice is open."""
         self._fitted = 0
@@ -63,11 +54,9 @@ class StartPacer:
         self._claims = 0
         """Claims of this replica not settled yet (`claiming`)."""
         self._busy = False
-        self._settling: asyncio.TimerHandle | None = None
-        """Once nothing is queued or in flight: the timer that ends the burst `settle_s` on."""
         self.on_busy: Callable[[bool], None] | None = None
         """Told True when a burst begins (a claim in flight or a start queued where there was
-        none) and False once it is through (`idle` returns at once then)."""
+        none) and False once it is through (`idle` would return at once)."""
 
     @property
     def waiting(self) -> int:
@@ -96,10 +85,10 @@ class StartPacer:
         settled.add_done_callback(release)
 
     async def idle(self, timeout: float) -> None:  # noqa: ASYNC109
-        """Return once no start has waited its turn and no claim been in flight for
-        `settle_s`, or after `timeout` seconds: work that should not compete with a burst of
-        claims and starts (the records of their runs) goes after them."""
-        if not self._busy:
+        """Return once no start waits its turn and no claim is in flight, or after `timeout`
+        seconds: work that should not compete with a burst of claims and starts (the
+        records of their runs) goes after them."""
+        if not self.waiting and not self._claims:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._idle.append(future)
@@ -163,24 +152,14 @@ class StartPacer:
             self._tell_idle()
 
     def _tell_busy(self) -> None:
-        if self._settling is not None:
-            self._settling.cancel()
-            self._settling = None
         if not self._busy:
             self._busy = True
             if self.on_busy is not None:
                 self.on_busy(True)
 
     def _tell_idle(self) -> None:
-        """Nothing queued or in flight: the burst ends `settle_s` on unless another begins."""
         if self.waiting or self._claims or self._closing:
             return  # (a slice still closing tells it once its starts have taken their step)
-        if self._busy and self._settling is None:
-            loop = asyncio.get_running_loop()
-            self._settling = loop.call_later(self.settle_s, self._settled)
-
-    def _settled(self) -> None:
-        self._settling = None
         if self._busy:
             self._busy = False
             if self.on_busy is not None:

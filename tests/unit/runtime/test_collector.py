@@ -83,12 +83,18 @@ def test_collection_is_held_through_a_burst_and_let_go_after_it() -> None:
         tuner, seen = GcTuner(enabled=True), []
         tuner.hold(True)
         seen.append(gc.isenabled())
-        tuner.hold(True)  # told again: still one hold
         tuner.hold(False)
+        await asyncio.sleep(_collector.SETTLE_S / 2)
+        seen.append(gc.isenabled())  # settling: another burst may follow
+        tuner.hold(True)
+        tuner.hold(False)
+        await asyncio.sleep(_collector.SETTLE_S * 0.75)
+        seen.append(gc.isenabled())  # the settling began again with the last burst
+        await asyncio.sleep(_collector.SETTLE_S)
         seen.append(gc.isenabled())
         return seen
 
-    assert asyncio.run(scenario()) == [False, True]
+    assert asyncio.run(scenario()) == [False, False, False, True]
 
 
 def test_a_burst_holds_collection_at_most_its_hold_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,6 +116,7 @@ def test_a_collector_the_application_disabled_stays_disabled_and_off_means_off()
             tuner = GcTuner(enabled=True)
             tuner.hold(True)
             tuner.hold(False)
+            await asyncio.sleep(_collector.SETTLE_S * 1.5)
             seen.append(gc.isenabled())
         finally:
             gc.enable()
