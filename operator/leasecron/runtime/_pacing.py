@@ -50,7 +50,7 @@ class StartPacer:
         self._again: deque[asyncio.Future[None]] = deque()
         """Woken when the slice was already full: first in the next slice, in order."""
         self._idle: list[asyncio.Future[None]] = []
-        """Told (`idle`) once the burst is over (`_settled`)."""
+        """Told (`idle`) once no start waits any more and no claim is in flight."""
         self._claims = 0
         """Claims of this replica not settled yet (`claiming`)."""
         self._busy = False
