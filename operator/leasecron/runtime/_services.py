@@ -19,8 +19,6 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-import structlog
-
 from leasecron._logs import get_logger
 from leasecron._metrics import MISSED, SKIPS
 from leasecron.coordination import Fence, LostEvent
@@ -46,7 +44,7 @@ from leasecron.runtime._retries import Attempts, Finished, mark_writer, progress
 from leasecron.runtime._timeouts import timeout_of
 
 _log = get_logger("leasecron.runtime")
-_JOB_LOG = structlog.get_logger("leasecron.job")
+_JOB_LOG = get_logger("leasecron.job")
 """The runs' logger, bound per run (`Services.context`): a lazy proxy made once, which follows
 structlog's configuration as any logger of the library does (made again at each bind unless
 `cache_logger_on_first_use`)."""

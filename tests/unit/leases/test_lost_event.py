@@ -11,11 +11,22 @@ import time
 from leasecron.coordination import LostEvent
 
 
+def waiting(event: LostEvent, threads: int) -> None:
+    """Until `threads` threads wait on `event`'s Condition (so that `set` has to wake them)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        cond = event._waiters_cond
+        if cond is not None and len(cond._waiters) >= threads:  # type: ignore[attr-defined]
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"{threads} threads did not come to wait")
+
+
 def test_it_is_a_threading_event_that_a_thread_waiting_on_it_wakes_from() -> None:
     event, woke = LostEvent(), []
     waiter = threading.Thread(target=lambda: woke.append(event.wait(5)))
     waiter.start()
-    time.sleep(0.05)
+    waiting(event, 1)
     event.set()
     waiter.join(5)
 
@@ -70,7 +81,7 @@ def test_many_threads_waiting_all_wake() -> None:
     threads = [threading.Thread(target=lambda: woke.append(event.wait(5))) for _ in range(8)]
     for thread in threads:
         thread.start()
-    time.sleep(0.05)
+    waiting(event, 8)
     event.set()
     for thread in threads:
         thread.join(5)

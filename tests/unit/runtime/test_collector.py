@@ -78,7 +78,11 @@ def test_turned_off_the_thresholds_stay() -> None:
     assert gc.get_threshold() == DEFAULT_THRESHOLDS
 
 
-def test_collection_is_held_through_a_burst_and_let_go_after_it() -> None:
+def test_collection_is_held_through_a_burst_and_let_go_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_collector, "SETTLE_S", 0.1)
+
     async def scenario() -> list[bool]:
         tuner, seen = GcTuner(enabled=True), []
         tuner.hold(True)
