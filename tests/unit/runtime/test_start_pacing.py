@@ -185,3 +185,26 @@ def test_on_busy_is_told_when_a_burst_of_claims_and_starts_begins_and_when_it_is
         return told
 
     assert asyncio.run(scenario()) == [True, False, True, False]
+
+
+def test_a_claim_settled_while_a_slice_is_closing_leaves_the_burst_to_the_close() -> None:
+    """A slice closing has woken starts that have not taken their step yet: a claim settled
+    then does not end the burst (records and collection would go before those starts);
+    the close tells it once they have."""
+
+    async def scenario() -> tuple[list[bool], list[bool]]:
+        loop = asyncio.get_running_loop()
+        pacer, told = StartPacer(), []
+        pacer.on_busy = told.append
+        claim = loop.create_future()
+        pacer.claiming(claim)
+        pacer._closing = True  # the state between waking a batch and its starts' step
+        claim.set_result(None)
+        await asyncio.sleep(0)  # the claim's release runs
+        during = list(told)
+        pacer._closing = False
+        pacer._tell_idle()  # what the close does after the starts' step
+        return during, told
+
+    during, after = asyncio.run(scenario())
+    assert during == [True] and after == [True, False]
