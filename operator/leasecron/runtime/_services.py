@@ -399,23 +399,34 @@ class Services:
 
     def skip(self, job: ScheduledJob, reason: str, *, tick: datetime | None = None) -> None:
         """A tick this replica does not run: normal (N-1 per tick); debug log and count."""
-        counter = self._skip_counters.get((job.name, reason))
-        if counter is None:
-            counter = self._skip_counters[(job.name, reason)] = SKIPS.labels(
-                self.namespace, job.name, reason
+        self.skip_all([job], reason, tick=tick)
+
+    def skip_all(
+        self, jobs: Sequence[ScheduledJob], reason: str, *, tick: datetime | None = None
+    ) -> None:
+        """`tick` of each of `jobs` is not run here, for one `reason` (a shard instant another
+        replica claimed: every job of it): counted per job, logged once at debug."""
+        counters, observer = self._skip_counters, self.observer
+        for job in jobs:
+            counter = counters.get((job.name, reason))
+            if counter is None:
+                counter = counters[(job.name, reason)] = SKIPS.labels(
+                    self.namespace, job.name, reason
+                )
+            counter.inc()
+            observer.skipped(
+                job, namespace=self.namespace, holder=self.identity, reason=reason, tick=tick
             )
-        counter.inc()
-        self.observer.skipped(
-            job, namespace=self.namespace, holder=self.identity, reason=reason, tick=tick
-        )
-        _log.debug(
-            "tick skipped",
-            job=job.name,
-            namespace=self.namespace,
-            tick=format_tick(tick) if tick is not None else None,
-            holder=self.identity,
-            reason=reason,
-        )
+        if jobs:
+            _log.debug(
+                "tick skipped",
+                job=jobs[0].name,
+                jobs=len(jobs),
+                namespace=self.namespace,
+                tick=format_tick(tick) if tick is not None else None,
+                holder=self.identity,
+                reason=reason,
+            )
 
 
 @dataclass(kw_only=True)

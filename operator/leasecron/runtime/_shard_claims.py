@@ -221,8 +221,8 @@ class ShardClaims:
                 await asyncio.gather(claim, *runs)
                 result, due = claim.result(), rest
             if isinstance(result, Skipped):
-                for entry in due:  # skips by reason, per job as well as per shard Lease
-                    self._services.skip(entry.job, result.reason, tick=instant)
+                # Skips by reason, per job as well as per shard Lease.
+                self._services.skip_all([e.job for e in due], result.reason, tick=instant)
                 return
             if not isinstance(result, Grant):
                 return

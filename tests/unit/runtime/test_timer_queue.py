@@ -40,6 +40,10 @@ def timer() -> tuple[ShardTimer, ShardJobs]:
     return ShardTimer(services, jobs, nothing, nothing, nothing, spawn=nothing), jobs
 
 
+def plan(clock: ShardTimer) -> None:
+    asyncio.run(clock._plan_changed())
+
+
 def names(entries: list[JobEntry]) -> set[str]:
     return {e.job.name for e in entries}
 
@@ -58,11 +62,11 @@ def test_a_wake_up_plans_the_jobs_that_changed_not_all_of_them(
     clock, jobs = timer()
     for index in range(500):  # one schedule, created at different times: one plan each
         jobs.add(job(f"job-{index}"), created=NOW - timedelta(seconds=index))
-    clock._plan_changed()
+    plan(clock)
     first = len(planned)
     jobs.update(job("job-7", "*/5 * * * *"))
     jobs.add(job("new"), created=NOW)
-    clock._plan_changed()
+    plan(clock)
 
     assert first == 500
     assert planned[first:] == ["job-7", "new"]
@@ -72,7 +76,7 @@ def test_the_soonest_tick_and_the_jobs_due_by_it_come_from_the_queue() -> None:
     clock, jobs = timer()
     jobs.add(job("minutely"), created=NOW)
     jobs.add(job("five", "*/5 * * * *"), created=NOW)
-    clock._plan_changed()
+    plan(clock)
 
     soonest = clock._soonest()
     due = clock._take_due(NOW + timedelta(minutes=1))
@@ -87,11 +91,11 @@ def test_a_job_replanned_replaced_or_removed_leaves_no_tick_in_the_queue() -> No
     clock, jobs = timer()
     for name in ("changed", "replaced", "removed", "kept"):
         jobs.add(job(name), created=NOW)
-    clock._plan_changed()
+    plan(clock)
     jobs.update(job("changed", "*/5 * * * *"))  # planned again: its minutely tick is gone
     jobs.put(JobEntry(job=job("replaced"), after=NOW, not_before=NOW))
     asyncio.run(jobs.remove("removed", StopReason.REMOVED))
-    clock._plan_changed()
+    plan(clock)
 
     due = clock._take_due(NOW + timedelta(minutes=1))
     after = clock._take_due(NOW + timedelta(minutes=5))
@@ -106,9 +110,30 @@ def test_jobs_taken_due_and_put_back_are_due_again() -> None:
     queued again and planned with the rest."""
     clock, jobs = timer()
     jobs.add(job("a"), created=NOW)
-    clock._plan_changed()
+    plan(clock)
     taken = clock._take_due(NOW + timedelta(minutes=1))
     for entry in taken:
         clock._queue(entry)
 
     assert names(clock._take_due(NOW + timedelta(minutes=1))) == {"a"}
+
+
+def test_planning_many_jobs_lets_the_loop_turn_so_the_claims_launched_go_out_meanwhile() -> None:
+    """The next ticks of an instant's jobs are planned right after its claims are launched; a
+    replica of 10,000 jobs took 60-110 ms at it, and its claim writes waited behind."""
+    clock, jobs = timer()
+    for index in range(2000):
+        jobs.add(job(f"job-{index}"), created=NOW)
+    queued_when_the_other_task_ran: list[int] = []
+
+    async def both() -> None:
+        async def other() -> None:
+            queued_when_the_other_task_ran.append(len(clock._queued))
+
+        planning = asyncio.ensure_future(clock._plan_changed())
+        await asyncio.gather(planning, other())
+
+    asyncio.run(both())
+
+    assert len(clock._queued) == 2000
+    assert 0 < queued_when_the_other_task_ran[0] < 2000
