@@ -19,6 +19,7 @@ from leasecron.kube.clients import Kube
 from leasecron.models.groups import ANNOTATION_SHARDS, TOKEN_BLOCK, group_lease_name
 from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
 from leasecron.models.names import (
+    ANNOTATION_CLAIMER,
     GROUP,
     LABEL_JOB,
     LABEL_ROLE,
@@ -356,3 +357,30 @@ def test_a_new_group_has_its_shard_leases_made_ahead_so_its_first_claims_only_up
     assert after.metadata.resource_version == version, "the first claims wrote the record"
     assert {n: _read(kube_api, namespace, n)["metadata"]["uid"] for n in names} == uids  # type: ignore[index]
     assert [ctx.token for ctx in _contexts(pairs, "first")][:2] == [1, 2]
+
+
+def test_a_shard_lease_keeps_who_claimed_its_latest_instant_after_the_grant_is_released(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """Each claim writes its claimer beside the instant (`leasecron.dev/claimer`), and a
+    release leaves it: the next instant's placement keeps a shard with the replica that
+    claimed it last while the spread allows (a replica joining moves little more than its
+    share)."""
+    pairs = _schedulers(kube, namespace, 1, 1)
+    _create(kube_api, namespace, "kept")
+    for scheduler, _ in pairs:
+        scheduler.start()
+    try:
+        poll(lambda: len(_contexts(pairs, "kept")) >= 3, timeout=60, what="3 runs of the job")
+    finally:
+        for scheduler, _ in pairs:
+            scheduler.stop()
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease(
+        shard_lease_name("default", 0, shards=1), namespace
+    )
+    claimer = (lease.metadata.annotations or {}).get(ANNOTATION_CLAIMER)
+    holders = {ctx.holder for ctx in _contexts(pairs, "kept")}
+    assert not lease.spec.holder_identity  # released on stop
+    assert claimer in {scheduler.identity for scheduler, _ in pairs}, claimer
+    last = [ctx for ctx in _contexts(pairs, "kept") if ctx.token == lease.spec.lease_transitions]
+    assert all(ctx.holder == claimer for ctx in last), (claimer, holders)

@@ -50,7 +50,7 @@ from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnk
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import Claim, Skip, decide_claim, grant_live, lost_reason
 from leasecron.models.leases import LeaseRecord, parse_lease
-from leasecron.models.names import format_tick
+from leasecron.models.names import ANNOTATION_CLAIMER, format_tick
 from leasecron.models.vocabulary import Role, SkipReason
 
 SKIP_CONFLICT = SkipReason.CONFLICT
@@ -369,10 +369,15 @@ class TickLock(LeaseParty):
         mine = self._book.mine
         mine[token] = math.inf
         try:
+            claimer = {ANNOTATION_CLAIMER: self.identity}
             if decision.create:
-                obj = await self.lease.create(decision.record, timeout=self._timeout)
+                obj = await self.lease.create(
+                    decision.record, timeout=self._timeout, annotations=claimer
+                )
             else:
-                obj = await self.lease.update(decision.record, base=seen, timeout=self._timeout)
+                obj = await self.lease.update(
+                    decision.record, base=seen, timeout=self._timeout, annotations=claimer
+                )
         except Conflict:
             mine.pop(token, None)
             return self._skip(SKIP_CONFLICT, tick)

@@ -353,33 +353,103 @@ def rendezvous_order(key: str, members: Collection[str]) -> list[str]:
 
 
 def balanced_first(
-    weights: Mapping[str, int], able: Mapping[str, Collection[str]]
+    weights: Mapping[str, int],
+    able: Mapping[str, Collection[str]],
+    previous: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Which member goes first for each key (a shard at an instant), so that the work of an
-    instant spreads evenly: rendezvous with bounded loads.
+    instant spreads evenly and a member joining or leaving moves little more than its share.
 
     `weights[key]` is the key's work (the runs due on that shard), `able[key]` the members
-    that may take it. Keys are placed heaviest first (ties by name); each goes to the first
-    member of its rendezvous order whose load stays within the mean load, or, when none
-    can, to the least loaded (then the earliest in that order). Every replica computes the
-    same placement from the same inputs. How even it is depends on the shards per member
-    (docs/explanation/claim-engine.md). A key with no able member is left out."""
-    members = {m for key in weights for m in able.get(key, ())}
+    that may take it, `previous[key]` the member that claimed the key last (the shard
+    Lease's claimer). A key stays with its previous member while that one is able; the other
+    keys go, heaviest first (ties by name), to the first member of their rendezvous order
+    whose load stays within the mean, or, when none can, to the least loaded. Then, while
+    some member's load is outside `_SPREAD` of the mean, a key moves from the most loaded
+    member to the least loaded able one that it brings closer (`_rebalance`): a member
+    joining takes its share from the others, a member leaving hands its own keys on, and
+    little else moves (now and then a key more, to keep the spread). Every replica
+    computes the same placement from the same inputs. How even it is depends on the shards
+    per member (docs/explanation/claim-engine.md). A key with no able member is left out."""
+    members = sorted({m for key in weights for m in able.get(key, ())})
     if not members:
         return {}
-    mean = sum(weights.values()) / len(members)
+    previous = previous or {}
     load = dict.fromkeys(members, 0)
     placed: dict[str, str] = {}
-    for key in sorted(weights, key=lambda k: (-weights[k], k)):
+    keys = sorted(weights, key=lambda k: (-weights[k], k))
+    for key in keys:
+        kept = previous.get(key)
+        if kept is not None and kept in able.get(key, ()):
+            load[kept] += weights[key]
+            placed[key] = kept
+    mean = sum(weights.values()) / len(members)
+    for key in keys:
         order = rendezvous_order(key, able.get(key, ()))
-        if not order:
-            continue
-        weight = weights[key]
-        fits = [m for m in order if load[m] + weight <= mean]
-        chosen = fits[0] if fits else min(order, key=lambda m: load[m])
-        load[chosen] += weight
-        placed[key] = chosen
+        if key not in placed and order:
+            fits = [m for m in order if load[m] + weights[key] <= mean]
+            chosen = fits[0] if fits else min(order, key=lambda m: load[m])
+            load[chosen] += weights[key]
+            placed[key] = chosen
+    _rebalance(weights, able, placed, load)
     return placed
+
+
+_SPREAD = 0.1
+"""How far from the mean a member's load may be before `balanced_first` moves keys."""
+
+
+def _rebalance(
+    weights: Mapping[str, int],
+    able: Mapping[str, Collection[str]],
+    placed: dict[str, str],
+    load: dict[str, int],
+) -> None:
+    """Move keys from the most loaded member to the least loaded able one, heaviest key
+    first, while a member is outside `_SPREAD` of the mean and a move narrows the gap."""
+    mean = sum(load.values()) / len(load)
+    by_member: dict[str, list[str]] = {}
+    for key in sorted(placed, key=lambda k: (-weights[k], k)):
+        by_member.setdefault(placed[key], []).append(key)
+    for _ in range(len(placed) * len(load)):  # each move narrows the spread: bounded
+        high = max(load, key=lambda m: (load[m], m))
+        low = min(load.values())
+        if load[high] <= mean * (1 + _SPREAD) and low >= mean * (1 - _SPREAD):
+            return
+        move = _narrowing_move(weights, able, by_member.get(high, []), high, load)
+        if move is None:
+            return
+        key, to = move
+        by_member[high].remove(key)
+        by_member.setdefault(to, []).append(key)
+        by_member[to].sort(key=lambda k: (-weights[k], k))
+        load[high] -= weights[key]
+        load[to] += weights[key]
+        placed[key] = to
+
+
+def _narrowing_move(
+    weights: Mapping[str, int],
+    able: Mapping[str, Collection[str]],
+    keys: list[str],
+    high: str,
+    load: Mapping[str, int],
+) -> tuple[str, str] | None:
+    """Which of `high`'s keys (heaviest first) to move, and to the least loaded able member
+    that would end up less loaded than `high` is now: the heaviest that leaves `high`
+    within `_SPREAD` of the mean, else the heaviest at all; None when no key can move."""
+    floor = sum(load.values()) / len(load) * (1 - _SPREAD)
+    fallback: tuple[str, str] | None = None
+    for key in keys:
+        weight = weights[key]
+        takers = [m for m in able.get(key, ()) if m != high and load[m] + weight < load[high]]
+        if not takers:
+            continue
+        move = key, min(takers, key=lambda m: (load[m], m))
+        if load[high] - weight >= floor:
+            return move
+        fallback = fallback or move
+    return fallback
 
 
 def placed_rank(key: str, identity: str, members: Sequence[str], *, first: str | None) -> int:

@@ -24,6 +24,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"  # "operator" on the operator's 
 MANAGED_BY = "leasecron"
 
 ANNOTATION_TICK = "leasecron.dev/tick"  # RFC 3339 UTC of the highest tick claimed on a job Lease
+ANNOTATION_CLAIMER = "leasecron.dev/claimer"  # who claimed that tick (kept when it is released)
 ANNOTATION_HANDLERS = "leasecron.dev/handlers"  # JSON list of handler names, on member Leases
 ANNOTATION_GUARD_HANDLERS = "leasecron.dev/guard-handlers"  # of those, the ones only guards run
 ANNOTATION_INCARNATION = "leasecron.dev/incarnation"  # random per process, on member Leases

@@ -17,10 +17,12 @@ import contextlib
 import heapq
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from leasecron.models.decisions import balanced_first
+from leasecron.models.leases import lease_annotations
+from leasecron.models.names import ANNOTATION_CLAIMER
 from leasecron.models.shards import ShardRef, due_at
 from leasecron.models.specs import Bucket, CatchUpPolicy, ScheduledJob
 from leasecron.models.vocabulary import SkipReason
@@ -40,6 +42,9 @@ _LEAD_PER_JOB_S = 1e-5
 job due then): each waits for the instant itself (plus its stagger or jitter), so what
 launching costs, and the work of a claim before its write, is not on the instant's clock (on
 a replica of 10,000 jobs due at once, 30-50 ms on a busy machine)."""
+_SETTLED = timedelta(seconds=3)
+"""How long before an instant a shard's previous instant must be for its claimer to place it
+(`ShardTimer._claimer`)."""
 _PLAN_BATCH = 500
 """Jobs planned between two turns of the loop: planning the next ticks of an instant's jobs
 comes right after its claims are launched, and must not hold up their writes."""
@@ -248,8 +253,9 @@ class ShardTimer:
     ) -> dict[str, tuple[str, int]]:
         """Which live member claims each shard due at `instant` first, so that the instant's
         runs spread evenly over the replicas (`balanced_first`, weighed by the jobs due per
-        shard, the jobs whose handlers this replica lacks included), with the jobs due in
-        the group at the instant."""
+        shard, the jobs whose handlers this replica lacks included; a shard stays with the
+        member that claimed it last while the spread allows), with the jobs due in the group
+        at the instant."""
         services, entries = self._services, self._jobs.entries
         weights: dict[str, int] = {}
         handlers: dict[str, set[str]] = {}
@@ -272,11 +278,23 @@ class ShardTimer:
             for lease, needed in handlers.items()
         }
         claimed_here, total = {ref.lease for ref in due}, sum(weights.values())
-        return {
-            lease: (member, total)
-            for lease, member in balanced_first(weights, able).items()
-            if lease in claimed_here
-        }
+        previous = {lease: self._claimer(lease, instant) for lease in weights}
+        placed = balanced_first(weights, able, {k: v for k, v in previous.items() if v})
+        return {lease: (member, total) for lease, member in placed.items() if lease in claimed_here}
+
+    def _claimer(self, lease: str, instant: datetime) -> str | None:
+        """Who claimed the shard Lease's latest instant (its claimer annotation, kept when
+        the grant is released), if that instant is `_SETTLED_S` before `instant`: every
+        replica places from the same claimers only if their views agree, and a claim of the
+        instant just before (a schedule of a second or two) may be in flight while the next
+        is placed. None otherwise: the shard is placed as if new."""
+        seen = self._group.view.seen(self._services.namespace, lease)
+        if seen is None or (tick := seen.observation.record.tick) is None:
+            return None
+        if tick > instant - _SETTLED:
+            return None
+        claimer = lease_annotations(seen.obj).get(ANNOTATION_CLAIMER)
+        return claimer if isinstance(claimer, str) else None
 
 
 def _catch_up(job: ScheduledJob) -> CatchUpPolicy:

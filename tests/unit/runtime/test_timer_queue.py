@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from leasecron.models.clocks import FakeClock
+from leasecron.models.names import ANNOTATION_CLAIMER
 from leasecron.models.specs import ScheduledJob
 from leasecron.runtime._invoke import StopReason
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
@@ -137,3 +138,32 @@ def test_planning_many_jobs_lets_the_loop_turn_so_the_claims_launched_go_out_mea
 
     assert len(clock._queued) == 2000
     assert 0 < queued_when_the_other_task_ran[0] < 2000
+
+
+def test_a_shard_is_placed_by_its_claimer_only_once_its_instant_has_settled() -> None:
+    """Every replica must place from the same claimers: the claim of an instant a second
+    before may still be in flight, and views differ then, so only a claim three seconds or
+    more before the instant placed counts."""
+    instant = NOW + timedelta(minutes=1)
+
+    def seen(tick: datetime | None) -> Any:
+        annotations = {ANNOTATION_CLAIMER: "replica-a"}
+        record = SimpleNamespace(tick=tick)
+        return SimpleNamespace(
+            obj={"metadata": {"annotations": annotations}},
+            observation=SimpleNamespace(record=record),
+        )
+
+    clock, _ = timer()
+    clock._services.namespace = "ns"
+    views: dict[str, Any] = {
+        "settled": seen(instant - timedelta(seconds=3)),
+        "in-flight": seen(instant - timedelta(seconds=1)),
+        "never-claimed": seen(None),
+    }
+    clock._group = SimpleNamespace(view=SimpleNamespace(seen=lambda ns, name: views.get(name)))
+
+    assert clock._claimer("settled", instant) == "replica-a"
+    assert clock._claimer("in-flight", instant) is None
+    assert clock._claimer("never-claimed", instant) is None
+    assert clock._claimer("unknown", instant) is None
