@@ -16,7 +16,7 @@ observed resourceVersion) is what makes a decision taken on a stale view harmles
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -366,9 +366,10 @@ def balanced_first(
     keys go, heaviest first (ties by name), to the first member of their rendezvous order
     whose load stays within the mean, or, when none can, to the least loaded. Then, while
     some member's load is outside `_SPREAD` of the mean, a key moves from the most loaded
-    member to the least loaded able one that it brings closer (`_rebalance`): a member
+    member to the least loaded able one that it brings closer (`_rebalance`; only a key
+    placed anew, or to a member that kept none, while all are within `_BOUND`): a member
     joining takes its share from the others, a member leaving hands its own keys on, and
-    little else moves (now and then a key more, to keep the spread). Every replica
+    nothing else moves unless the spread needs it. Every replica
     computes the same placement from the same inputs. How even it is depends on the shards
     per member (docs/explanation/claim-engine.md). A key with no able member is left out."""
     members = sorted({m for key in weights for m in able.get(key, ())})
@@ -383,6 +384,7 @@ def balanced_first(
         if kept is not None and kept in able.get(key, ()):
             load[kept] += weights[key]
             placed[key] = kept
+    kept_keys = set(placed)
     mean = sum(weights.values()) / len(members)
     for key in keys:
         order = rendezvous_order(key, able.get(key, ()))
@@ -391,12 +393,16 @@ def balanced_first(
             chosen = fits[0] if fits else min(order, key=lambda m: load[m])
             load[chosen] += weights[key]
             placed[key] = chosen
-    _rebalance(weights, able, placed, load)
+    fresh = set(members) - {placed[key] for key in kept_keys}
+    _rebalance(weights, able, placed, load, free=lambda k, m: k not in kept_keys or m in fresh)
     return placed
 
 
 _SPREAD = 0.1
 """How far from the mean a member's load may be before `balanced_first` moves keys."""
+_BOUND = 0.2
+"""How far from the mean a member's load may be before any key may move, not only a free one
+(a key placed anew, or a move to a member that kept none: one that joined)."""
 
 
 def _rebalance(
@@ -404,9 +410,13 @@ def _rebalance(
     able: Mapping[str, Collection[str]],
     placed: dict[str, str],
     load: dict[str, int],
+    *,
+    free: Callable[[str, str], bool],
 ) -> None:
-    """Move keys from the most loaded member to the least loaded able one, heaviest key
-    first, while a member is outside `_SPREAD` of the mean and a move narrows the gap."""
+    """Move keys from the most loaded member to the least loaded able one, while a member is
+    outside `_SPREAD` of the mean and a move narrows the gap: only moves that are `free(key,
+    member)` while every member is within `_BOUND`, so that a change of members moves its
+    own share and nothing else unless the spread needs it."""
     mean = sum(load.values()) / len(load)
     by_member: dict[str, list[str]] = {}
     for key in sorted(placed, key=lambda k: (-weights[k], k)):
@@ -416,7 +426,9 @@ def _rebalance(
         low = min(load.values())
         if load[high] <= mean * (1 + _SPREAD) and low >= mean * (1 - _SPREAD):
             return
-        move = _narrowing_move(weights, able, by_member.get(high, []), high, load)
+        bounded = load[high] <= mean * (1 + _BOUND) and low >= mean * (1 - _BOUND)
+        allowed = free if bounded else lambda _k, _m: True
+        move = _narrowing_move(weights, able, by_member.get(high, []), high, load, allowed)
         if move is None:
             return
         key, to = move
@@ -434,15 +446,21 @@ def _narrowing_move(
     keys: list[str],
     high: str,
     load: Mapping[str, int],
+    allowed: Callable[[str, str], bool],
 ) -> tuple[str, str] | None:
     """Which of `high`'s keys (heaviest first) to move, and to the least loaded able member
-    that would end up less loaded than `high` is now: the heaviest that leaves `high`
-    within `_SPREAD` of the mean, else the heaviest at all; None when no key can move."""
+    (`allowed` to take it) that would end up less loaded than `high` is now: the heaviest
+    that leaves `high` within `_SPREAD` of the mean, else the heaviest at all; None when no
+    key can move."""
     floor = sum(load.values()) / len(load) * (1 - _SPREAD)
     fallback: tuple[str, str] | None = None
     for key in keys:
         weight = weights[key]
-        takers = [m for m in able.get(key, ()) if m != high and load[m] + weight < load[high]]
+        takers = [
+            m
+            for m in able.get(key, ())
+            if m != high and load[m] + weight < load[high] and allowed(key, m)
+        ]
         if not takers:
             continue
         move = key, min(takers, key=lambda m: (load[m], m))

@@ -160,21 +160,29 @@ def moves(jobs: int, shards: int, *, seed: int) -> list[tuple[str, str, set[str]
 
 
 @pytest.mark.parametrize(
-    ("jobs", "shards"), [(1000, 16), (10_000, 32), (1000, 32), (1000, 128), (10_000, 128)]
+    ("jobs", "shards"), [(1000, 16), (10_000, 16), (1000, 32), (10_000, 32), (1000, 64)]
 )
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_change_of_replicas_moves_little_more_than_the_share_of_the_one_that_changed(
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_replica_joining_takes_only_its_share_and_one_leaving_hands_on_only_its_own(
     jobs: int, shards: int, seed: int
 ) -> None:
-    """A shard moves to the replica that joined, or away from the one that left, and only
-    now and then one more (fewer than one in ten of those that moved) to keep the spread
-    within 20 %. Placed from scratch each time (rendezvous with bounded loads, before the
-    claimers were kept), about half the shards that moved went between the other
-    replicas: a sixth replica joining 32 shards changed the first claimer of 9 where it
-    took 5."""
-    changes = moves(jobs, shards, seed=seed)
-    moved = sum(len(m) for _, _, m, _ in changes)
-    beyond = sum(len(m - own) for _, _, m, own in changes)
-    joined = [own for change, _, _, own in changes if change == "join"]
-    assert all(joined)  # each replica that joined took its share
-    assert beyond <= moved / 10, (beyond, moved)
+    """Within the sizing rule, a shard moves only to the replica that joined or away from
+    the one that left, and the spread stays within 20 %. Placed afresh at each change
+    (rendezvous with bounded loads, before the claimers were kept), about half the shards
+    that moved went between the other replicas: a sixth replica joining 32 shards changed
+    the first claimer of 9 where it took 5."""
+    for change, member, moved, own in moves(jobs, shards, seed=seed):
+        assert moved <= own, (change, member, sorted(moved - own))
+        if change == "join":
+            assert own, member  # it took its share
+
+
+@pytest.mark.parametrize("jobs", [1000, 10_000])
+def test_with_many_replicas_a_change_moves_another_shard_only_now_and_then(jobs: int) -> None:
+    """128 shards, up to 25 replicas: where keeping the spread within 20 % needs it, a shard
+    of another replica moves too (9 of about 1400 moves with 1000 jobs, in three runs)."""
+    for seed in (1, 2, 3):
+        changes = moves(jobs, 128, seed=seed)
+        moved = sum(len(m) for _, _, m, _ in changes)
+        beyond = sum(len(m - own) for _, _, m, own in changes)
+        assert beyond <= moved / 50, (beyond, moved)
