@@ -284,7 +284,7 @@ class ShardTimer:
 
     def _claimer(self, lease: str, instant: datetime) -> str | None:
         """Who claimed the shard Lease's latest instant (its claimer annotation, kept when
-        the grant is released), if that instant is `_SETTLED_S` before `instant`: every
+        the grant is released), if that instant is `_SETTLED` or more before `instant`: every
         replica places from the same claimers only if their views agree, and a claim of the
         instant just before (a schedule of a second or two) may be in flight while the next
         is placed. None otherwise: the shard is placed as if new."""
