@@ -338,7 +338,11 @@ class Elector(LeaseParty):
             await self._pause()
             return
         decision = decide_election(
-            **self._situation(seen), leading=False, config=self.config, floor=floor
+            **self._situation(seen),
+            leading=False,
+            config=self.config,
+            floor=floor,
+            job=self._floor is not None,
         )
         rv = seen.resource_version if seen is not None else None
         if isinstance(decision, StandBy):

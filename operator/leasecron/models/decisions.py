@@ -279,12 +279,15 @@ def decide_election(
     name: str,
     namespace: str,
     floor: int = 0,
+    job: bool = False,
 ) -> Acquire | Renew | StandBy:
     """One step of client-go's tryAcquireOrRenew, without the I/O. `floor` is the highest
-    token ever on record for the Lease's job: a new term's token is always above it."""
+    token ever on record for the Lease's job: a new term's token is always above it. `job`:
+    the Lease is a job's (its tokens are on record), whose first token is 1 whoever creates
+    it: the operator creates it at the floor and the first owner takes floor + 1."""
     duration = config.lease_duration_s
-    # 1. No Lease yet: create it holding it (transitions 0 as client-go, or just above the
-    #    floor when the Lease existed before and was deleted).
+    # 1. No Lease yet: create it holding it (transitions 0 as client-go; a job's just above
+    #    its floor, which is 0 also when its only token so far was 0 and it was deleted).
     if current is None:
         record = LeaseRecord(
             name=name,
@@ -293,7 +296,7 @@ def decide_election(
             lease_duration_s=duration,
             acquire_time=now_wall,
             renew_time=now_wall,
-            transitions=floor + 1 if floor > 0 else 0,
+            transitions=floor + 1 if floor > 0 or job else 0,
         )
         return Acquire(record, create=True)
     record = current.record

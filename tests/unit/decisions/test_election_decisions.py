@@ -189,3 +189,25 @@ def test_stagger_is_rank_times_step_with_an_optional_cap() -> None:
     rank = rendezvous_rank("k", "replica-0", MEMBERS)
     assert claim_stagger("k", "replica-0", MEMBERS, step=0.1) == pytest.approx(rank * 0.1)
     assert claim_stagger("k", "stranger", MEMBERS, step=0.1, cap=0.25) == 0.25
+
+
+def test_a_jobs_lease_created_by_a_replica_starts_at_token_1_as_one_the_operator_creates() -> None:
+    """The operator creates a job's Lease at its floor and the first owner takes floor + 1; a
+    replica that creates it first started at 0. A job deleted during that first term left no
+    tombstone (its last token was 0), and its Lease made again handed out token 0 a second
+    time (e2e `test_2_two_jobs_deleted_together...`)."""
+    decision = decide_election(
+        current=None,
+        leading=False,
+        identity="me",
+        config=CONFIG,
+        now_mono=100.0,
+        now_wall=NOW,
+        name="l",
+        namespace="ns",
+        floor=0,
+        job=True,
+    )
+    assert isinstance(decision, Acquire)
+    assert decision.create
+    assert decision.record.transitions == 1
