@@ -26,7 +26,7 @@ CONFIG = ElectionConfig(lease_duration=3, renew_deadline=2, retry_period=0.5)
 
 
 def step(
-    current: Observation | None, *, leading: bool = False, now: float = 100.0
+    current: Observation | None, *, leading: bool = False, now: float = 100.0, job: bool = False
 ) -> Acquire | Renew | StandBy:
     return decide_election(
         current=current,
@@ -37,6 +37,7 @@ def step(
         now_wall=NOW,
         name="l",
         namespace="ns",
+        job=job,
     )
 
 
@@ -196,18 +197,7 @@ def test_a_jobs_lease_created_by_a_replica_starts_at_token_1_as_one_the_operator
     replica that creates it first started at 0. A job deleted during that first term left no
     tombstone (its last token was 0), and its Lease made again handed out token 0 a second
     time (e2e `test_2_two_jobs_deleted_together...`)."""
-    decision = decide_election(
-        current=None,
-        leading=False,
-        identity="me",
-        config=CONFIG,
-        now_mono=100.0,
-        now_wall=NOW,
-        name="l",
-        namespace="ns",
-        floor=0,
-        job=True,
-    )
+    decision = step(None, job=True)  # no token on record: floor 0
     assert isinstance(decision, Acquire)
     assert decision.create
     assert decision.record.transitions == 1
