@@ -89,7 +89,9 @@ def test_a_single_owner_job_runs_one_term_until_its_handler_returns(
         scheduler, scheduled_job("drain", bucket="single-owner", election=election)
     )
     assert result.outcome == "Succeeded"
-    assert result.jobrun is not None and result.jobrun["metadata"]["name"] == "drain-term-0"
+    assert (
+        result.jobrun is not None and result.jobrun["metadata"]["name"] == "drain-term-1"
+    )  # a job's first token is 1
     assert result.jobrun["status"]["outcome"] == "Succeeded"
 
 
