@@ -85,7 +85,7 @@ def test_the_killed_owner_is_replaced_by_another_replica_within_the_lease(
     assert LEASE_DURATION - RENEW_DEADLINE - 0.1 <= takeover < LEASE_DURATION + 2.0
     # The successor's term is the next one after the killed owner's.
     tokens = summary["term_tokens"]
-    assert tokens == sorted(set(tokens)) and tokens[1] == tokens[0] + 1
+    assert tokens == sorted(set(tokens)) and tokens[:2] == [1, 2]  # a job's first token is 1
 
 
 def test_the_queue_owners_send_the_mail_of_every_invoice_across_the_takeover(

@@ -397,7 +397,11 @@ def balanced_first(
             load[chosen] += weights[key]
             placed[key] = chosen
     fresh = set(members) - {placed[key] for key in kept_keys}
-    _rebalance(weights, able, placed, load, free=lambda k, m: k not in kept_keys or m in fresh)
+
+    def free(key: str, member: str) -> bool:  # a key placed anew, or to a member that joined
+        return key not in kept_keys or member in fresh
+
+    _rebalance(weights, able, placed, load, mean=mean, free=free)
     return placed
 
 
@@ -414,13 +418,13 @@ def _rebalance(
     placed: dict[str, str],
     load: dict[str, int],
     *,
+    mean: float,
     free: Callable[[str, str], bool],
 ) -> None:
     """Move keys from the most loaded member to the least loaded able one, while a member is
     outside `_SPREAD` of the mean and a move narrows the gap: only moves that are `free(key,
     member)` while every member is within `_BOUND`, so that a change of members moves its
     own share and nothing else unless the spread needs it."""
-    mean = sum(load.values()) / len(load)
     by_member: dict[str, list[str]] = {}
     for key in sorted(placed, key=lambda k: (-weights[k], k)):
         by_member.setdefault(placed[key], []).append(key)
@@ -431,7 +435,8 @@ def _rebalance(
             return
         bounded = load[high] <= mean * (1 + _BOUND) and low >= mean * (1 - _BOUND)
         allowed = free if bounded else lambda _k, _m: True
-        move = _narrowing_move(weights, able, by_member.get(high, []), high, load, allowed)
+        keys = by_member.get(high, [])
+        move = _narrowing_move(weights, able, keys, high, load, mean * (1 - _SPREAD), allowed)
         if move is None:
             return
         key, to = move
@@ -449,13 +454,13 @@ def _narrowing_move(
     keys: list[str],
     high: str,
     load: Mapping[str, int],
+    floor: float,
     allowed: Callable[[str, str], bool],
 ) -> tuple[str, str] | None:
     """Which of `high`'s keys (heaviest first) to move, and to the least loaded able member
     (`allowed` to take it) that would end up less loaded than `high` is now: the heaviest
-    that leaves `high` within `_SPREAD` of the mean, else the heaviest at all; None when no
-    key can move."""
-    floor = sum(load.values()) / len(load) * (1 - _SPREAD)
+    that leaves `high` at `floor` or above, else the heaviest at all; None when no key can
+    move."""
     fallback: tuple[str, str] | None = None
     for key in keys:
         weight = weights[key]

@@ -278,8 +278,8 @@ class ShardTimer:
             for lease, needed in handlers.items()
         }
         claimed_here, total = {ref.lease for ref in due}, sum(weights.values())
-        previous = {lease: self._claimer(lease, instant) for lease in weights}
-        placed = balanced_first(weights, able, {k: v for k, v in previous.items() if v})
+        previous = {lease: who for lease in weights if (who := self._claimer(lease, instant))}
+        placed = balanced_first(weights, able, previous)
         return {lease: (member, total) for lease, member in placed.items() if lease in claimed_here}
 
     def _claimer(self, lease: str, instant: datetime) -> str | None:

@@ -167,3 +167,45 @@ def test_a_shard_is_placed_by_its_claimer_only_once_its_instant_has_settled() ->
     assert clock._claimer("in-flight", instant) is None
     assert clock._claimer("never-claimed", instant) is None
     assert clock._claimer("unknown", instant) is None
+
+
+class _Launched(Exception):
+    """Ends the timer's loop at its wait before the launch."""
+
+
+@pytest.mark.parametrize(("jobs", "lead"), [(1, 0.01001), (3000, 0.04)])
+def test_an_instant_is_launched_earlier_the_more_jobs_are_due_then(
+    monkeypatch: pytest.MonkeyPatch, jobs: int, lead: float
+) -> None:
+    """10 ms before the instant and 10 µs more per job due (at most half a second):
+    launching 10,000 jobs' claims took 27-52 ms on a busy machine, which a 10 ms lead put
+    past the instant."""
+    start = NOW + timedelta(seconds=59.2)  # 0.8 s before the minute's tick
+    nothing: Any = None
+    services: Any = SimpleNamespace(
+        group="g",
+        namespace="ns",
+        identity="me",
+        clock=FakeClock(start=start),
+        registry=SimpleNamespace(name_set=lambda: frozenset()),
+        membership=SimpleNamespace(members=lambda: ["me"], members_with=lambda *a, **k: ["me"]),
+    )
+    table = ShardJobs(services)
+    for index in range(jobs):
+        table.add(job(f"job-{index}"), created=start)
+    group: Any = SimpleNamespace(
+        state=lambda: SimpleNamespace(shards=4), view=SimpleNamespace(seen=lambda ns, name: None)
+    )
+    clock = ShardTimer(services, table, group, nothing, nothing, spawn=nothing)
+    waited: list[float] = []
+
+    async def wait_for(awaitable: Any, timeout: float) -> None:  # noqa: ASYNC109
+        awaitable.close()
+        waited.append(timeout)
+        raise _Launched
+
+    monkeypatch.setattr(asyncio, "wait_for", wait_for)
+    with pytest.raises(_Launched):
+        asyncio.run(clock._loop())
+
+    assert waited == [pytest.approx(0.8 - lead)]
