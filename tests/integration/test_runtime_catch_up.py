@@ -25,6 +25,7 @@ from leasecron.models.names import (
 from leasecron.models.schedules import Schedule
 from leasecron.runtime import Tuning
 from leasecron.testing import apply_manifests
+from leasecron.testing.faults import Fault, fault_plan
 from leasecron.testing.handlers import CapturingHandler, scheduled_job, wait_for_jobruns
 
 pytestmark = pytest.mark.integration
@@ -40,10 +41,18 @@ def created(obj: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
 
 
-@pytest.mark.parametrize(("policy", "runs_missed"), [("All", 2), ("None", 0)])
+@pytest.mark.parametrize(
+    ("policy", "runs_missed", "failed_reads"), [("All", 2, 0), ("None", 0, 0), ("All", 2, 2)]
+)
 def test_missed_ticks_are_run_per_catch_up_policy_and_the_rest_recorded_missed(
-    kube: Kube, kube_api: Any, namespace: str, policy: str, runs_missed: int
+    kube: Kube, kube_api: Any, namespace: str, policy: str, runs_missed: int, failed_reads: int
 ) -> None:
+    """With `failed_reads`, the first claim's reads of the job's JobRuns (what its catch-up
+    is planned from on a new shard Lease) fail that many times first, as on a busy server."""
+    if failed_reads:
+        fault_plan(kube).add(
+            Fault(verb="list", resource="jobruns", action="fail", times=failed_reads)
+        )
     capture = CapturingHandler()
     manifest = scheduled_job(
         "job",
@@ -75,12 +84,53 @@ def test_missed_ticks_are_run_per_catch_up_policy_and_the_rest_recorded_missed(
         scheduler.stop()
     ran = [ctx.tick for ctx in capture.contexts[: runs_missed + 1]]
     assert ran == [claimed, *between[len(between) - runs_missed :]]
+    assert sum(rule.hits for rule in fault_plan(kube).rules) == failed_reads
     seen = outcomes(runs)
     assert len(between) >= 5
     for tick in between[: len(between) - runs_missed]:
         assert seen[jobrun_name("job", tick)] == "Missed"
     for tick in ran:
         assert seen[jobrun_name("job", tick)] == "Succeeded"
+
+
+def test_a_claimed_tick_that_cannot_start_in_time_still_runs_the_catch_up_planned_with_it(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """The first claim's read of the job's JobRuns (a new shard Lease's catch-up is planned
+    from them) takes 1.5 s, as on a busy server: the claimed tick (startingDeadline 1 s) is
+    recorded Missed, and the two catch-up runs planned with it still run. Every tick since
+    the job's creation is run or recorded."""
+    fault_plan(kube).add(Fault(verb="list", resource="jobruns", action="delay", seconds=1.5))
+    capture = CapturingHandler()
+    manifest = scheduled_job(
+        "job", schedule="@every 1s", startingDeadline="1s", catchUp={"policy": "All", "maxTicks": 2}
+    )
+    [job] = apply_manifests(kube_api, [manifest], namespace=namespace)
+    clock = SystemClock(skew=timedelta(seconds=8))
+    scheduler = Scheduler(namespace=namespace, kube=kube, clock=clock, tuning=FAST)
+    scheduler.register("job", capture)
+    scheduler.start()
+    try:
+        assert capture.wait_calls(4)
+        newest = max(ctx.tick for ctx in capture.contexts)
+        every = Schedule.parse("@every 1s").ticks_between(created(job), newest, limit=100)
+        names = [jobrun_name("job", tick) for tick in every]
+        runs = wait_for_jobruns(
+            kube_api,
+            namespace=namespace,
+            until=lambda items: (
+                set(names) <= {n for n, o in outcomes(items).items() if o not in ("", "Running")}
+            ),
+        )
+    finally:
+        scheduler.stop()
+    seen = outcomes(runs)
+    order = [seen[name] for name in names]
+    first_run = order.index("Succeeded")
+    claimed = first_run + 2  # the claimed tick, after its two catch-up runs
+    assert first_run >= 5 and set(order[:first_run]) == {"Missed"}, order
+    assert order[first_run:claimed] == ["Succeeded", "Succeeded"], order
+    assert order[claimed] == "Missed", order
 
 
 def _skew_to_mid_period(period: int) -> timedelta:

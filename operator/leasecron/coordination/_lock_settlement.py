@@ -96,6 +96,12 @@ class ClaimSettlement:
         self._uncertain.pop(token, None)
         return grant
 
+    def adopted(self, seen: Seen | None) -> bool:
+        """Whether the orphan of ours that `seen` shows, which a claim was decided to
+        replace, was adopted since (`_resolve`, run between the decision and the write): a
+        grant of ours now, whose ticks run under it; the claim must not overwrite it."""
+        return seen is not None and seen.observation.record.transitions in self._book.grants
+
     # --- lost replies ---------------------------------------------------------------------
 
     async def read_back(

@@ -362,6 +362,8 @@ class TickLock(LeaseParty):
         refused = await self.rules.before_write(self, decision, tick)
         if refused is not None:
             return self._skip(refused[0], tick, **refused[1])
+        if decision.replaces_orphan and self._settlement.adopted(seen):
+            return self._skip(SKIP_CONFLICT, tick)  # decide again: a grant of ours now
         sent = self._clock.monotonic()
         replaced = seen.observation.record.tick if seen is not None else None
         created = seen.observation.record.created if seen is not None else None

@@ -179,13 +179,17 @@ class Recorder:
             abandoned.append(run.name)
         return abandoned
 
-    async def newest_tick(self, job: str) -> datetime | None:
-        """The newest tick the JobRuns of `job` record (requests nobody took yet left out);
-        None when it has none. Raises KubeError when they cannot be read."""
+    async def newest_tick(self, job: str, *, below: int) -> datetime | None:
+        """The newest tick that the JobRuns of `job` record under a fencing token below
+        `below` or none (requests nobody took yet left out); None when there is none. Raises
+        KubeError when they cannot be read."""
         ticks = []
         for item in await self._jobruns.list(namespace=self.namespace, job=job):
             spec, status = item.get("spec") or {}, item.get("status") or {}
             if spec.get("job") != job or status.get("outcome") == Outcome.PENDING.value:
+                continue
+            token = spec.get("fencingToken")
+            if isinstance(token, int) and token >= below:
                 continue
             with contextlib.suppress(TypeError, ValueError):
                 ticks.append(parse_tick(str(spec.get("tick"))))

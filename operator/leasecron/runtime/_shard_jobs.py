@@ -45,6 +45,8 @@ class JobEntry:
     """The shard Lease of the job under the shard count it was computed for."""
     ran: datetime | None = None
     """The newest tick of the job this replica ran or recorded under a grant."""
+    ran_token: int = 0
+    """The fencing token of that grant."""
     timed_as: int = 0
     """Which of the timer's queue items for this entry is current (`_shard_timer`)."""
 

@@ -38,6 +38,9 @@ from leasecron.runtime._timeouts import stop_grace
 _log = get_logger("leasecron.runtime.shards")
 _MARK_READS = 8
 """JobRun reads at once when a new shard Lease's first claim looks for its jobs' last runs."""
+_MARK_RETRIES = (0.25, 1.0)
+"""Pauses before reading such a job's JobRuns again when a read fails (a busy API server):
+without them its catch-up cannot be planned, and its missed ticks would go unrecorded."""
 _FRESH_MARGIN = timedelta(seconds=5)
 """How long before an instant a shard Lease with no instant must have been made for its first
 claim to start without creating the record first (`_unclaimed_before`)."""
@@ -115,17 +118,19 @@ class ShardRuns:
         ).without(set(entry.unguarded))
         late = services.clock.now() > instant + job.spec.starting_deadline
         waited = not late and not await self._previous_done(entry, instant)
+        older = tuple(t for t in plan.run if t != instant)
         if waited:
-            # Not late: the job's earlier run kept it from starting, and the record says so.
+            # Not late: the job's earlier run kept it from starting (and its catch-up runs,
+            # which would start after it), and the records say so.
             services.skip(job, SkipReason.OVERLAP, tick=instant)
-            await services.record_missed(job, [instant], grant.token, reason=MISSED_OVERLAP)
+            await services.record_missed(job, [*older, instant], grant.token, reason=MISSED_OVERLAP)
             plan = TickPlan(claimed=instant, run=(), missed=plan.missed)
         elif late and not catch_up:
+            # Past its deadline: the claimed instant is missed; its catch-up runs still run.
             services.skip(job, SkipReason.DEADLINE, tick=instant)
-            plan = TickPlan(claimed=instant, run=(), missed=(*plan.missed, instant))
+            plan = TickPlan(claimed=instant, run=older, missed=(*plan.missed, instant))
         elif not catch_up:
             # The on-time tick first (it has a deadline to keep), then the catch-up runs.
-            older = tuple(t for t in plan.run if t != instant)
             plan = TickPlan(claimed=instant, run=(instant, *older), missed=plan.missed)
         await self._start(entry, plan, grant, start_by=None if catch_up else instant)
 
@@ -179,7 +184,8 @@ class ShardRuns:
         if entry.stopped:
             return
         newest = max((plan.claimed, *plan.run, *plan.missed))
-        entry.ran = newest if entry.ran is None else max(entry.ran, newest)
+        if entry.ran is None or newest > entry.ran:
+            entry.ran, entry.ran_token = newest, grant.token
         if not plan.run:
             # Nothing to run: the records only; the job's running run (if any) stays its own.
             await self._services.record_missed(
@@ -264,16 +270,23 @@ async def _first_claim_marks(
     changed, the Lease was deleted, or the group record was made for existing jobs), the
     newest instant known claimed per job, which its catch-up is planned from instead of
     its creation: the group record's floor tick (`floor`), the job's newest run here, else
-    its newest JobRun (one read, only for a job with ticks in between). A job whose records
-    cannot be read gets the claimed instant: nothing older is run or recorded Missed (the
-    operator alarms a tick that has no record)."""
+    its newest JobRun (one read, only for a job with ticks in between). Only what earlier
+    grants did counts (a fencing token below this grant's): the shard's next instants may be
+    claimed, run and recorded here while the read is on its way, and their claims replaced
+    this one, so they say nothing of the ticks before it. A job whose records cannot be
+    read gets the claimed instant: nothing older is run or recorded Missed (the operator
+    alarms a tick that has no record)."""
     if grant.replaced_tick is not None:
         return {}
     marks: dict[JobEntry, datetime] = {}
     unsure: list[JobEntry] = []
+
+    def ran(entry: JobEntry) -> datetime | None:
+        return entry.ran if entry.ran_token < grant.token else None
+
     for entry in entries:
         schedule = entry.job.spec.parsed_schedule
-        known = [t for t in (floor, entry.ran, entry.not_before) if t is not None]
+        known = [t for t in (floor, ran(entry), entry.not_before) if t is not None]
         if schedule is None:
             continue
         if known and schedule.next_after(max(known)) >= grant.tick:
@@ -285,8 +298,8 @@ async def _first_claim_marks(
     async def read(entry: JobEntry) -> None:
         try:
             async with gate:
-                recorded = await services.recorder.newest_tick(entry.job.name)
-        except KubeError as e:
+                recorded = await _newest_recorded(services, grant, entry.job.name)
+        except (KubeError, TimeoutError) as e:
             _log.warning(
                 "a new shard Lease's job records unreadable; no catch-up for its claim",
                 job=entry.job.name,
@@ -294,12 +307,32 @@ async def _first_claim_marks(
             )
             marks[entry] = grant.tick
             return
-        known = [t for t in (floor, entry.ran, recorded) if t is not None]
+        known = [t for t in (floor, ran(entry), recorded) if t is not None]
         if known:
             marks[entry] = max(known)
 
     await asyncio.gather(*(read(e) for e in unsure))
     return marks
+
+
+async def _newest_recorded(services: Services, grant: Grant, job: str) -> datetime | None:
+    """The newest tick of `job` its JobRuns record under a token below `grant`'s, read again
+    after `_MARK_RETRIES` pauses while the reads fail and the grant is held; raises the last
+    read's KubeError or TimeoutError."""
+    for attempt, pause in enumerate(_MARK_RETRIES, start=1):
+        try:
+            return await services.recorder.newest_tick(job, below=grant.token)
+        except (KubeError, TimeoutError) as e:
+            if not grant.held:
+                raise
+            _log.info(
+                "a new shard Lease's job records unreadable; reading again",
+                job=job,
+                attempt=attempt,
+                error=repr(e),
+            )
+            await asyncio.sleep(pause)
+    return await services.recorder.newest_tick(job, below=grant.token)
 
 
 async def _run_plan(

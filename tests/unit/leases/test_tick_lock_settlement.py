@@ -153,6 +153,53 @@ def test_an_uncertain_claim_that_landed_is_adopted_by_on_orphan_when_the_view_sh
     assert holder(server) == ("", 1)
 
 
+def test_a_claim_decided_over_our_uncertain_claim_does_not_overwrite_it_once_adopted() -> None:
+    """The watch shows our claim of MINUTE (reply and read-back lost) while our claim of the
+    next minute is being decided: the orphan is adopted before that claim's write goes out.
+    The write must not replace the adopted grant (its ticks, and the ticks it replaced, run
+    under it; replaced, they would be nobody's): the claim skips and is decided again."""
+    server = FakeLeaseServer(FakeClock())
+    client = LossyClient(server, "a")
+    adopted: list[Grant] = []
+    minute = TICK + timedelta(minutes=1)
+
+    async def take_over(grant: Grant) -> None:
+        adopted.append(grant)
+
+    async def main() -> tuple[Grant | Skipped, tuple[str, int]]:
+        cache = server.cache()
+        a = TickLock(
+            client,
+            cache,
+            namespace=NS,
+            name=LEASE,
+            config=CONFIG,
+            identity="a",
+            clock=server.clock,
+            on_orphan=take_over,
+        )
+        first = await a.claim(TICK)
+        assert first is not None and await first.release() == ReleaseResult.FREED
+        await asyncio.sleep(0.1)
+        cache.connected = False  # the watch falls behind
+        client.lose, client.fail_gets = 1, 1
+        assert await a.try_claim(minute) == Skipped("uncertain", "")
+        claiming = asyncio.ensure_future(a.try_claim(minute + timedelta(minutes=1)))
+        cache.connected = True  # ... and shows the orphan as the next claim is decided
+        stored = server.stored(NS, LEASE)
+        assert stored is not None
+        cache.deliver("MODIFIED", (NS, LEASE), copy.deepcopy(stored))
+        result = await claiming
+        held = holder(server)
+        await a.close()
+        return result, held
+
+    result, held = simulate(server.clock, main)
+    assert [(g.token, g.tick, g.replaced_tick) for g in adopted] == [(2, minute, TICK)]
+    assert result == Skipped("conflict", "a")
+    assert held == ("a", 2)
+
+
 def test_an_uncertain_claim_that_landed_is_released_without_an_orphan_handler() -> None:
     server = FakeLeaseServer(FakeClock())
     client = LossyClient(server, "a")
