@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from leasecron.models.names import format_tick
@@ -53,6 +53,26 @@ class TickPlan:
             missed=tuple(t for t in self.missed if t not in ran),
             more_missed=self.more_missed,
         )
+
+
+def due_order(
+    plan: TickPlan, *, late: bool, waited: bool, catch_up: bool
+) -> tuple[TickPlan, tuple[datetime, ...]]:
+    """A claimed instant's plan (`plan_claimed`) as it starts, and the ticks to record Missed
+    because the job's earlier run still goes (`waited`: the instant could not start beside
+    it, nor could the catch-up runs that would follow it). An instant `late` past its
+    startingDeadline (not a `catch_up` tick itself) is missed, its catch-up runs still run.
+    Otherwise the on-time tick runs first (it has a deadline to keep), then the catch-up
+    runs; a catch-up instant runs in its plan's order."""
+    instant = plan.claimed
+    older = tuple(t for t in plan.run if t != instant)
+    if waited:
+        return replace(plan, run=()), (*older, instant)
+    if late and not catch_up:
+        return replace(plan, run=older, missed=(*plan.missed, instant)), ()
+    if not catch_up:
+        return replace(plan, run=(instant, *older)), ()
+    return plan, ()
 
 
 def next_tick(

@@ -27,7 +27,13 @@ from leasecron.models.specs import Bucket, ConcurrencyPolicy, ScheduledJob
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._invoke import RunControl
 from leasecron.runtime._overlap import MISSED_OVERLAP, make_way
-from leasecron.runtime._planning import TickPlan, jitter_delay, plan_claimed, plan_overtaken
+from leasecron.runtime._planning import (
+    TickPlan,
+    due_order,
+    jitter_delay,
+    plan_claimed,
+    plan_overtaken,
+)
 from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
 from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
@@ -118,20 +124,12 @@ class ShardRuns:
         ).without(set(entry.unguarded))
         late = services.clock.now() > instant + job.spec.starting_deadline
         waited = not late and not await self._previous_done(entry, instant)
-        older = tuple(t for t in plan.run if t != instant)
+        plan, overlapped = due_order(plan, late=late, waited=waited, catch_up=catch_up)
         if waited:
-            # Not late: the job's earlier run kept it from starting (and its catch-up runs,
-            # which would start after it), and the records say so.
             services.skip(job, SkipReason.OVERLAP, tick=instant)
-            await services.record_missed(job, [*older, instant], grant.token, reason=MISSED_OVERLAP)
-            plan = TickPlan(claimed=instant, run=(), missed=plan.missed)
+            await services.record_missed(job, overlapped, grant.token, reason=MISSED_OVERLAP)
         elif late and not catch_up:
-            # Past its deadline: the claimed instant is missed; its catch-up runs still run.
             services.skip(job, SkipReason.DEADLINE, tick=instant)
-            plan = TickPlan(claimed=instant, run=older, missed=(*plan.missed, instant))
-        elif not catch_up:
-            # The on-time tick first (it has a deadline to keep), then the catch-up runs.
-            plan = TickPlan(claimed=instant, run=(instant, *older), missed=plan.missed)
         await self._start(entry, plan, grant, start_by=None if catch_up else instant)
 
     async def _run_overtaken(self, entry: JobEntry, grant: Grant, *, mark: datetime | None) -> None:

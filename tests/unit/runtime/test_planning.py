@@ -11,6 +11,7 @@ from leasecron.models.schedules import Schedule
 from leasecron.models.specs import CatchUpPolicy
 from leasecron.runtime._planning import (
     TickPlan,
+    due_order,
     jitter_delay,
     next_tick,
     plan_claimed,
@@ -120,6 +121,38 @@ def test_all_runs_each_missed_tick_in_order_then_the_claimed_one() -> None:
     )
     assert plan.run == (at(2), at(3), at(4), at(5))
     assert plan.missed == ()
+
+
+def _caught_up() -> TickPlan:
+    """Claimed 5:00 after 1:00 with catch-up All 2: runs 3:00 and 4:00, 2:00 missed."""
+    return plan_claimed(
+        HOURLY,
+        claimed=at(5),
+        previous=at(1),
+        not_before=None,
+        catch_up=CatchUpPolicy.ALL,
+        max_ticks=2,
+    )
+
+
+def test_an_on_time_instant_starts_before_the_catch_up_runs_planned_with_it() -> None:
+    plan, overlapped = due_order(_caught_up(), late=False, waited=False, catch_up=False)
+    assert (plan.run, plan.missed, overlapped) == ((at(5), at(3), at(4)), (at(2),), ())
+
+
+def test_an_instant_past_its_deadline_is_missed_and_its_catch_up_runs_still_run() -> None:
+    plan, overlapped = due_order(_caught_up(), late=True, waited=False, catch_up=False)
+    assert (plan.run, plan.missed, overlapped) == ((at(3), at(4)), (at(2), at(5)), ())
+
+
+def test_an_instant_kept_from_starting_by_the_earlier_run_records_its_catch_up_ticks_too() -> None:
+    plan, overlapped = due_order(_caught_up(), late=False, waited=True, catch_up=False)
+    assert (plan.run, plan.missed, overlapped) == ((), (at(2),), (at(3), at(4), at(5)))
+
+
+def test_a_catch_up_instant_runs_in_its_plans_order() -> None:
+    plan, overlapped = due_order(_caught_up(), late=True, waited=False, catch_up=True)
+    assert (plan.run, plan.missed, overlapped) == ((at(3), at(4), at(5)), (at(2),), ())
 
 
 def test_all_runs_at_most_max_ticks_missed_ticks_the_newest_ones() -> None:
