@@ -41,6 +41,25 @@ def created(obj: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
 
 
+def _start_ahead(
+    kube: Kube, kube_api: Any, namespace: str, capture: CapturingHandler, *, policy: str
+) -> tuple[dict[str, Any], Scheduler]:
+    """The job `@every 1s` (startingDeadline 1 s, catch-up `policy` with maxTicks 2) and a
+    started Scheduler running it with `capture`, its clock 8 s ahead."""
+    manifest = scheduled_job(
+        "job",
+        schedule="@every 1s",
+        startingDeadline="1s",
+        catchUp={"policy": policy, "maxTicks": 2},
+    )
+    [job] = apply_manifests(kube_api, [manifest], namespace=namespace)
+    clock = SystemClock(skew=timedelta(seconds=8))
+    scheduler = Scheduler(namespace=namespace, kube=kube, clock=clock, tuning=FAST)
+    scheduler.register("job", capture)
+    scheduler.start()
+    return job, scheduler
+
+
 @pytest.mark.parametrize(
     ("policy", "runs_missed", "failed_reads"), [("All", 2, 0), ("None", 0, 0), ("All", 2, 2)]
 )
@@ -54,17 +73,7 @@ def test_missed_ticks_are_run_per_catch_up_policy_and_the_rest_recorded_missed(
             Fault(verb="list", resource="jobruns", action="fail", times=failed_reads)
         )
     capture = CapturingHandler()
-    manifest = scheduled_job(
-        "job",
-        schedule="@every 1s",
-        startingDeadline="1s",
-        catchUp={"policy": policy, "maxTicks": 2},
-    )
-    [job] = apply_manifests(kube_api, [manifest], namespace=namespace)
-    clock = SystemClock(skew=timedelta(seconds=8))
-    scheduler = Scheduler(namespace=namespace, kube=kube, clock=clock, tuning=FAST)
-    scheduler.register("job", capture)
-    scheduler.start()
+    job, scheduler = _start_ahead(kube, kube_api, namespace, capture, policy=policy)
     try:
         assert capture.wait_calls(runs_missed + 1)
         # The on-time tick runs first (it has a deadline to keep), then the catch-up runs.
@@ -102,14 +111,7 @@ def test_a_claimed_tick_that_cannot_start_in_time_still_runs_the_catch_up_planne
     the job's creation is run or recorded."""
     fault_plan(kube).add(Fault(verb="list", resource="jobruns", action="delay", seconds=1.5))
     capture = CapturingHandler()
-    manifest = scheduled_job(
-        "job", schedule="@every 1s", startingDeadline="1s", catchUp={"policy": "All", "maxTicks": 2}
-    )
-    [job] = apply_manifests(kube_api, [manifest], namespace=namespace)
-    clock = SystemClock(skew=timedelta(seconds=8))
-    scheduler = Scheduler(namespace=namespace, kube=kube, clock=clock, tuning=FAST)
-    scheduler.register("job", capture)
-    scheduler.start()
+    job, scheduler = _start_ahead(kube, kube_api, namespace, capture, policy="All")
     try:
         assert capture.wait_calls(4)
         newest = max(ctx.tick for ctx in capture.contexts)

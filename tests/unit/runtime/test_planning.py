@@ -123,12 +123,13 @@ def test_all_runs_each_missed_tick_in_order_then_the_claimed_one() -> None:
     assert plan.missed == ()
 
 
-def _caught_up() -> TickPlan:
-    """Claimed 5:00 after 1:00 with catch-up All 2: runs 3:00 and 4:00, 2:00 missed."""
+def _caught_up(previous: datetime | None = None) -> TickPlan:
+    """Claimed 5:00 after `previous` (1:00) with catch-up All, maxTicks 2: runs 3:00 and 4:00,
+    2:00 missed."""
     return plan_claimed(
         HOURLY,
         claimed=at(5),
-        previous=at(1),
+        previous=previous or at(1),
         not_before=None,
         catch_up=CatchUpPolicy.ALL,
         max_ticks=2,
@@ -156,14 +157,7 @@ def test_a_catch_up_instant_runs_in_its_plans_order() -> None:
 
 
 def test_all_runs_at_most_max_ticks_missed_ticks_the_newest_ones() -> None:
-    plan = plan_claimed(
-        HOURLY,
-        claimed=at(5),
-        previous=at(0),
-        not_before=None,
-        catch_up=CatchUpPolicy.ALL,
-        max_ticks=2,
-    )
+    plan = _caught_up(previous=at(0))
     assert plan.run == (at(3), at(4), at(5))
     assert plan.missed == (at(1), at(2))
 
