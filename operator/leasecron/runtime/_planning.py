@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from leasecron.models.names import format_tick
 from leasecron.models.schedules import Schedule
 from leasecron.models.specs import CatchUpPolicy
+from leasecron.models.vocabulary import SkipReason
 
 MISSED_RECORD_LIMIT = 10
 """At most this many `Missed` JobRuns are written for one claim (the newest ticks); older
@@ -57,22 +58,23 @@ class TickPlan:
 
 def due_order(
     plan: TickPlan, *, late: bool, waited: bool, catch_up: bool
-) -> tuple[TickPlan, tuple[datetime, ...]]:
-    """A claimed instant's plan (`plan_claimed`) as it starts, and the ticks to record Missed
-    because the job's earlier run still goes (`waited`: the instant could not start beside
-    it, nor could the catch-up runs that would follow it). An instant `late` past its
-    startingDeadline (not a `catch_up` tick itself) is missed, its catch-up runs still run.
-    Otherwise the on-time tick runs first (it has a deadline to keep), then the catch-up
-    runs; a catch-up instant runs in its plan's order."""
+) -> tuple[TickPlan, tuple[datetime, ...], SkipReason | None]:
+    """A claimed instant's plan (`plan_claimed`) as it starts, the ticks to record Missed
+    because the job's earlier run still goes, and why the instant itself does not start.
+    `waited`: the instant could not start beside that run, nor could the catch-up runs that
+    would follow it (`overlap`). An instant `late` past its startingDeadline (not a
+    `catch_up` tick itself) is missed, its catch-up runs still run (`deadline`). Otherwise
+    the on-time tick runs first (it has a deadline to keep), then the catch-up runs; a
+    catch-up instant runs in its plan's order."""
     instant = plan.claimed
     older = tuple(t for t in plan.run if t != instant)
     if waited:
-        return replace(plan, run=()), (*older, instant)
+        return replace(plan, run=()), (*older, instant), SkipReason.OVERLAP
     if late and not catch_up:
-        return replace(plan, run=older, missed=(*plan.missed, instant)), ()
+        return replace(plan, run=older, missed=(*plan.missed, instant)), (), SkipReason.DEADLINE
     if not catch_up:
-        return replace(plan, run=(instant, *older)), ()
-    return plan, ()
+        return replace(plan, run=(instant, *older)), (), None
+    return plan, (), None
 
 
 def next_tick(

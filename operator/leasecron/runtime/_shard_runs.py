@@ -124,12 +124,10 @@ class ShardRuns:
         ).without(set(entry.unguarded))
         late = services.clock.now() > instant + job.spec.starting_deadline
         waited = not late and not await self._previous_done(entry, instant)
-        plan, overlapped = due_order(plan, late=late, waited=waited, catch_up=catch_up)
-        if waited:
-            services.skip(job, SkipReason.OVERLAP, tick=instant)
-            await services.record_missed(job, overlapped, grant.token, reason=MISSED_OVERLAP)
-        elif late and not catch_up:
-            services.skip(job, SkipReason.DEADLINE, tick=instant)
+        plan, overlapped, skipped = due_order(plan, late=late, waited=waited, catch_up=catch_up)
+        if skipped is not None:
+            services.skip(job, skipped, tick=instant)
+        await services.record_missed(job, overlapped, grant.token, reason=MISSED_OVERLAP)
         await self._start(entry, plan, grant, start_by=None if catch_up else instant)
 
     async def _run_overtaken(self, entry: JobEntry, grant: Grant, *, mark: datetime | None) -> None:

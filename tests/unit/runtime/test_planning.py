@@ -9,6 +9,7 @@ import pytest
 from leasecron.models.clocks import FakeClock
 from leasecron.models.schedules import Schedule
 from leasecron.models.specs import CatchUpPolicy
+from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._planning import (
     TickPlan,
     due_order,
@@ -137,23 +138,27 @@ def _caught_up(previous: datetime | None = None) -> TickPlan:
 
 
 def test_an_on_time_instant_starts_before_the_catch_up_runs_planned_with_it() -> None:
-    plan, overlapped = due_order(_caught_up(), late=False, waited=False, catch_up=False)
+    plan, overlapped, skipped = due_order(_caught_up(), late=False, waited=False, catch_up=False)
     assert (plan.run, plan.missed, overlapped) == ((at(5), at(3), at(4)), (at(2),), ())
+    assert skipped is None
 
 
 def test_an_instant_past_its_deadline_is_missed_and_its_catch_up_runs_still_run() -> None:
-    plan, overlapped = due_order(_caught_up(), late=True, waited=False, catch_up=False)
+    plan, overlapped, skipped = due_order(_caught_up(), late=True, waited=False, catch_up=False)
     assert (plan.run, plan.missed, overlapped) == ((at(3), at(4)), (at(2), at(5)), ())
+    assert skipped is SkipReason.DEADLINE
 
 
 def test_an_instant_kept_from_starting_by_the_earlier_run_records_its_catch_up_ticks_too() -> None:
-    plan, overlapped = due_order(_caught_up(), late=False, waited=True, catch_up=False)
+    plan, overlapped, skipped = due_order(_caught_up(), late=False, waited=True, catch_up=False)
     assert (plan.run, plan.missed, overlapped) == ((), (at(2),), (at(3), at(4), at(5)))
+    assert skipped is SkipReason.OVERLAP
 
 
 def test_a_catch_up_instant_runs_in_its_plans_order() -> None:
-    plan, overlapped = due_order(_caught_up(), late=True, waited=False, catch_up=True)
+    plan, overlapped, skipped = due_order(_caught_up(), late=True, waited=False, catch_up=True)
     assert (plan.run, plan.missed, overlapped) == ((at(3), at(4), at(5)), (at(2),), ())
+    assert skipped is None
 
 
 def test_all_runs_at_most_max_ticks_missed_ticks_the_newest_ones() -> None:
