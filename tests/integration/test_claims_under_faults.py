@@ -155,9 +155,7 @@ def test_run_locally_never_runs_a_tick_while_another_replica_holds_the_job(
                 "name": _shard_lease("held"),
                 "labels": {
                     "leasecron.dev/role": "shard",
-                    **shard_labels(
-                        "default", shard_ref("default", "held", shards=DEFAULT_SHARDS).shard
-                    ),
+                    **shard_labels("default", shard_ref("default", "held", shards=DEFAULT_SHARDS)),
                 },
             },
             "spec": {

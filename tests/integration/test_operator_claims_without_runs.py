@@ -57,7 +57,7 @@ def claim_by_hand(api: ApiClient, namespace: str, tick: datetime) -> None:
         transitions=1,
         tick=tick,
     )
-    labels = {LABEL_ROLE: ROLE_SHARD, **shard_labels("ghosts", ref.shard)}
+    labels = {LABEL_ROLE: ROLE_SHARD, **shard_labels("ghosts", ref)}
     body = lease_body(record, labels=labels)
     body["metadata"]["name"] = ref.lease
     coordination.create_namespaced_lease(namespace, body)

@@ -44,6 +44,7 @@ class SentClaim:
     replaced_tick: datetime | None
     replaced_unrun: bool
     replaced_created: datetime | None = None
+    moved: frozenset[str] = frozenset()
 
 
 class GrantBook:
@@ -94,6 +95,7 @@ class GrantBook:
             replaced_tick=claim.replaced_tick,
             replaced_unrun=claim.replaced_unrun,
             lease_created=claim.replaced_created,
+            moved=claim.moved,
             clock=self._clock,
         )
         self.grants[token] = grant

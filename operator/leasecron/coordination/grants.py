@@ -276,6 +276,7 @@ class Grant(Fence):
         replaced_tick: datetime | None = None,
         replaced_unrun: bool = False,
         lease_created: datetime | None = None,
+        moved: frozenset[str] = frozenset(),
         **fence: Any,
     ) -> None:
         super().__init__(**fence)
@@ -284,6 +285,9 @@ class Grant(Fence):
         self.replaced_tick = replaced_tick
         self.replaced_unrun = replaced_unrun
         self.lease_created = lease_created
+        self.moved = moved
+        """Jobs the Lease said had moved to Leases of their own when this claim was decided
+        (`leasecron.dev/moved.<job>`): nothing of theirs runs under this grant."""
         self.released = False
         self._owner = owner
 

@@ -54,7 +54,7 @@ from leasecron.models.groups import (
 )
 from leasecron.models.leases import LeaseRecord, lease_annotations, parse_lease
 from leasecron.models.names import LABEL_GROUP, format_tick
-from leasecron.models.shards import MAX_SHARDS, shard_lease_name
+from leasecron.models.shards import MAX_SHARDS, ShardRef, shard_lease_name
 
 WRITE_ATTEMPTS = 5
 """How many conditional writes of one Lease `reserve` and the count change try (re-reading
@@ -332,17 +332,21 @@ def _shard_locks(
     kube: Kube | LeaseStoreLike, clock: Clock, namespace: str, group: str, shards: int
 ) -> list[LeaseLock]:
     """The locks of the shard Leases of `group` with `shards` shards (a view of their own)."""
+    refs = [
+        ShardRef(lease=shard_lease_name(group, index, shards=shards), shard=index, shards=shards)
+        for index in range(shards)
+    ]
     return [
         LeaseLock.open(
             kube,
             None,
             clock=clock,
             namespace=namespace,
-            name=shard_lease_name(group, index, shards=shards),
+            name=ref.lease,
             role=ROLE_SHARD,
-            labels=shard_labels(group, index),
+            labels=shard_labels(group, ref),
         )
-        for index in range(shards)
+        for ref in refs
     ]
 
 

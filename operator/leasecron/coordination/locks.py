@@ -49,7 +49,8 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, Conflict, KubeError, OutcomeUnknown, Unavailable
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import Claim, Skip, decide_claim, grant_live, lost_reason
-from leasecron.models.leases import LeaseRecord, parse_lease
+from leasecron.models.groups import moved_jobs
+from leasecron.models.leases import LeaseRecord, lease_annotations, parse_lease
 from leasecron.models.names import ANNOTATION_CLAIMER, format_tick
 from leasecron.models.vocabulary import Role, SkipReason
 
@@ -367,6 +368,7 @@ class TickLock(LeaseParty):
         sent = self._clock.monotonic()
         replaced = seen.observation.record.tick if seen is not None else None
         created = seen.observation.record.created if seen is not None else None
+        moved = moved_jobs(lease_annotations(seen.obj)) if seen is not None else frozenset()
         token = decision.token
         mine = self._book.mine
         mine[token] = math.inf
@@ -388,7 +390,7 @@ class TickLock(LeaseParty):
             await self._learn_uncached()
             return self._skip(SKIP_EXISTS, tick)
         except _MAYBE_WRITTEN as e:
-            pending = SentClaim(tick, sent, replaced, decision.replaces_orphan, created)
+            pending = SentClaim(tick, sent, replaced, decision.replaces_orphan, created, moved)
             return await self._settlement.read_back(token, pending, base=seen, error=e)
         except Unavailable as e:
             mine.pop(token, None)
@@ -400,7 +402,7 @@ class TickLock(LeaseParty):
         written = parse_lease(obj)
         return self._settlement.grant(
             written.transitions,
-            SentClaim(tick, sent, replaced, decision.replaces_orphan, created),
+            SentClaim(tick, sent, replaced, decision.replaces_orphan, created, moved),
         )
 
     async def _learn_uncached(self) -> None:

@@ -52,8 +52,8 @@ from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live
 from leasecron.models.groups import GroupRecordError, retired
 from leasecron.models.leases import LeaseRecord, lease_annotations
-from leasecron.models.names import LABEL_GROUP
-from leasecron.models.shards import LABEL_SHARD, shard_lease_name
+from leasecron.models.names import LABEL_GROUP, LABEL_JOB
+from leasecron.models.shards import LABEL_SHARD, OWN_SHARD, ShardRef, shard_lease_name
 from leasecron.models.vocabulary import SkipReason
 
 if TYPE_CHECKING:
@@ -360,6 +360,9 @@ class ShardLock:
         await self.claims.close()
 
 
-def shard_labels(group: str, index: int) -> dict[str, str]:
-    """Labels of a shard Lease (besides leasecron's own)."""
-    return {LABEL_GROUP: group, LABEL_SHARD: str(index)}
+def shard_labels(group: str, ref: ShardRef) -> dict[str, str]:
+    """Labels of a shard Lease (besides leasecron's own); a job's own shard Lease also names
+    its job."""
+    if ref.job is not None:
+        return {LABEL_GROUP: group, LABEL_SHARD: OWN_SHARD, LABEL_JOB: ref.job}
+    return {LABEL_GROUP: group, LABEL_SHARD: str(ref.shard)}

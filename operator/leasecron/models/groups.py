@@ -11,6 +11,9 @@ every replica of the group must agree on, in annotations:
 - `leasecron.dev/floor-tick`: instants at or before it are taken on every shard Lease of the
   current count (written when the count changes: the highest instant the old shards claimed),
   so no instant is claimed on the old shard Leases and again on the new ones.
+- `leasecron.dev/own-leases`: a JSON list of the jobs claimed on a shard Lease of their own
+  (`own_lease_name`: a shard of one job, of no count), whatever the count. A job is moved
+  there once (`coordination.groups.move_job`) and stays.
 
 And on a shard Lease, `leasecron.dev/retired`: the shard count it belongs to was replaced;
 no instant is claimed on it any more.
@@ -20,13 +23,22 @@ Pure values and functions: no I/O. `coordination.groups` reads and writes the re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from leasecron.models.leases import lease_annotations
 from leasecron.models.names import dns_name, format_tick, parse_tick
-from leasecron.models.shards import DEFAULT_SHARDS, MAX_SHARDS, ShardRef, shard_lease_name, shard_of
+from leasecron.models.shards import (
+    ANNOTATION_MOVED,
+    DEFAULT_SHARDS,
+    MAX_SHARDS,
+    ShardRef,
+    own_lease_name,
+    shard_lease_name,
+    shard_of,
+)
 from leasecron.models.vocabulary import Role
 
 ROLE_GROUP = Role.GROUP
@@ -34,6 +46,7 @@ ANNOTATION_SHARDS = "leasecron.dev/shards"
 ANNOTATION_TOKEN_CEILING = "leasecron.dev/token-ceiling"
 ANNOTATION_FLOOR_TICK = "leasecron.dev/floor-tick"
 ANNOTATION_RETIRED = "leasecron.dev/retired"
+ANNOTATION_OWN_LEASES = "leasecron.dev/own-leases"
 TOKEN_BLOCK = 10_000
 """How far one write raises the token ceiling: one group-record write per this many claims."""
 MAX_TOKEN = 2**31 - 1
@@ -44,6 +57,10 @@ class GroupRecordError(ValueError):
     """A group record whose annotations do not read; the message names the field and value."""
 
 
+Placement = tuple[int, frozenset[str]]
+"""The shard count and the jobs on Leases of their own: what places a job on a shard Lease."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GroupState:
     """What the group record says."""
@@ -51,10 +68,19 @@ class GroupState:
     shards: int
     ceiling: int = 0
     floor_tick: datetime | None = None
+    own: frozenset[str] = field(default_factory=frozenset)
+    """The jobs claimed on a shard Lease of their own (`own_ref`)."""
 
     def ref(self, group: str, job: str) -> ShardRef:
         """The shard Lease that claims `job`'s ticks under this record."""
+        if job in self.own:
+            return own_ref(group, job)
         return shard_ref(group, job, shards=self.shards)
+
+    @property
+    def placement(self) -> Placement:
+        """What decides which shard Lease claims a job's ticks: equal placements, equal refs."""
+        return self.shards, self.own
 
     def covers(self, token: int) -> bool:
         """Whether a claim may write `token` without raising the ceiling first."""
@@ -96,7 +122,9 @@ def replaced(
     ceiling = max([state.ceiling, *tokens])
     if ceiling > MAX_TOKEN:
         raise GroupRecordError(f"token {ceiling} is above the largest leaseTransitions")
-    return GroupState(shards=shards, ceiling=ceiling, floor_tick=max(claimed, default=None))
+    return GroupState(
+        shards=shards, ceiling=ceiling, floor_tick=max(claimed, default=None), own=state.own
+    )
 
 
 def group_lease_name(group: str) -> str:
@@ -106,6 +134,32 @@ def group_lease_name(group: str) -> str:
 def shard_ref(group: str, job: str, *, shards: int) -> ShardRef:
     index = shard_of(job, shards=shards)
     return ShardRef(lease=shard_lease_name(group, index, shards=shards), shard=index, shards=shards)
+
+
+def own_ref(group: str, job: str) -> ShardRef:
+    """The shard Lease of `job` once it is claimed on a Lease of its own."""
+    return ShardRef(lease=own_lease_name(group, job), shard=-1, shards=0, job=job)
+
+
+def moved(annotations: Mapping[str, object], job: str) -> bool:
+    """Whether a shard Lease says `job` moved to its own Lease: nothing of it is claimed,
+    run or caught up under a claim on this one any more."""
+    return ANNOTATION_MOVED + job in annotations
+
+
+def moved_jobs(annotations: Mapping[str, object]) -> frozenset[str]:
+    """The jobs a shard Lease says moved to Leases of their own."""
+    prefix = ANNOTATION_MOVED
+    return frozenset(key[len(prefix) :] for key in annotations if key.startswith(prefix))
+
+
+def moved_tick(annotations: Mapping[str, object], job: str) -> datetime | None:
+    """The instant a shard Lease had recorded when `job` moved from it (its ticks up to it
+    were claimed here); None when it recorded none (or it does not read)."""
+    try:
+        return parse_tick(str(annotations.get(ANNOTATION_MOVED + job) or ""))
+    except ValueError:
+        return None
 
 
 def _whole(annotations: Mapping[str, object], key: str, *, low: int, high: int) -> int:
@@ -134,7 +188,22 @@ def parse_group(annotations: Mapping[str, object]) -> GroupState:
             raise GroupRecordError(
                 f"{ANNOTATION_FLOOR_TICK} ({raw_tick!r}) is not an RFC 3339 time"
             ) from None
-    return GroupState(shards=shards, ceiling=ceiling, floor_tick=floor_tick)
+    return GroupState(shards=shards, ceiling=ceiling, floor_tick=floor_tick, own=_own(annotations))
+
+
+def _own(annotations: Mapping[str, object]) -> frozenset[str]:
+    raw = annotations.get(ANNOTATION_OWN_LEASES)
+    if raw is None:
+        return frozenset()
+    try:
+        names = json.loads(str(raw))
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise GroupRecordError(
+            f"{ANNOTATION_OWN_LEASES} ({raw!r}) is not a JSON list of ScheduledJob names"
+        )
+    return frozenset(names)
 
 
 def format_group(state: GroupState) -> dict[str, str | None]:
@@ -143,6 +212,7 @@ def format_group(state: GroupState) -> dict[str, str | None]:
         ANNOTATION_SHARDS: str(state.shards),
         ANNOTATION_TOKEN_CEILING: str(state.ceiling),
         ANNOTATION_FLOOR_TICK: format_tick(state.floor_tick) if state.floor_tick else None,
+        ANNOTATION_OWN_LEASES: json.dumps(sorted(state.own)) if state.own else None,
     }
 
 

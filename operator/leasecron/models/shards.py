@@ -24,6 +24,11 @@ SHARDS_PER_REPLICA = 5
 the jobs (each replica claims first the whole or the whole plus one of its share; with fewer,
 how even it is depends on how the jobs fall: docs/explanation/claim-engine.md)."""
 LABEL_SHARD = "leasecron.dev/shard"
+OWN_SHARD = "job"
+"""`leasecron.dev/shard` of a job's own shard Lease (`own_lease_name`): of no shard count."""
+ANNOTATION_MOVED = "leasecron.dev/moved."
+"""On a shard Lease, `leasecron.dev/moved.<job>`: the job's ticks are claimed on its own Lease
+now, from after the instant the value records (the Lease's high-water mark at the move)."""
 _EPSILON = timedelta(microseconds=1)
 
 
@@ -58,6 +63,12 @@ def shard_lease_name(group: str, index: int, *, shards: int) -> str:
     return dns_name(f"leasecron-shard-{group}-{shards}-{index}")
 
 
+def own_lease_name(group: str, job: str) -> str:
+    """The shard Lease of a job claimed on a Lease of its own (the group record lists it): a
+    shard of one job, of no shard count."""
+    return dns_name(f"leasecron-shard-{group}-job-{job}")
+
+
 def shard_key(group: str, lease: str, instant: datetime) -> str:
     """The rendezvous key of one instant of one shard Lease (which replica goes first)."""
     return f"shard/{group}/{lease}/{instant.isoformat()}"
@@ -70,8 +81,10 @@ def due_at(schedule: Schedule, instant: datetime) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class ShardRef:
-    """A shard Lease: `lease`, the Lease of shard `shard` of `shards`."""
+    """A shard Lease: `lease`, the Lease of shard `shard` of `shards`; for a job's own shard
+    Lease, `job` names the job (`shard` is -1 and `shards` 0: of no count)."""
 
     lease: str
     shard: int
     shards: int
+    job: str | None = None

@@ -116,7 +116,7 @@ class ShardClaims:
         request: `Scheduler.run_once`); False when this replica did not get the claim."""
         entry = JobEntry(job=job, after=tick, not_before=tick)
         self._jobs.put(entry)
-        ref = self._jobs.ref_of(job.name, self._group.state().shards)
+        ref = self._jobs.ref_of(job.name, self._group.state())
         lock = self._locks.get(ref)
         result = await self._claim(lock, ref, tick, [entry], {job.name: True}, local=False)
         if not isinstance(result, Grant):
@@ -136,7 +136,7 @@ class ShardClaims:
         high-water mark, so its token is above every earlier one), of `job`'s shard through
         the one claim write, tried again while `wanted()` and until `give_up`; `body(grant)`
         runs under the grant beside the shard's jobs it overtook."""
-        ref = self._jobs.ref_of(job.name, self._group.state().shards)
+        ref = self._jobs.ref_of(job.name, self._group.state())
         lock, clock = self._locks.get(ref), self._services.clock
 
         tries = 0
@@ -182,9 +182,9 @@ class ShardClaims:
         """The latest tick at or before `now` of a job of shard Lease `ref` (registered here
         or not) that the Lease does not record yet and that can still start, with its
         start-by; None when there is none."""
-        shards = self._group.state().shards
-        jobs = [e.job for e in self._jobs.of_shard(ref, shards)]
-        jobs += self._jobs.foreign_of_shard(ref, shards)
+        state = self._group.state()
+        jobs = [e.job for e in self._jobs.of_shard(ref, state)]
+        jobs += self._jobs.foreign_of_shard(ref, state)
         found: tuple[datetime, datetime] | None = None
         for job in jobs:
             schedule = job.spec.parsed_schedule
@@ -293,7 +293,7 @@ class ShardClaims:
             await self._group.ready()
         except KubeError as e:  # the claim below meets the same failure and reports it
             _log.debug("group record not read yet", group=services.group, error=repr(e))
-        needed = self._jobs.handlers_due(ref, instant, due, self._group.state().shards)
+        needed = self._jobs.handlers_due(ref, instant, due, self._group.state())
         able = services.membership.members_with(needed, own=services.registry.name_set())
         if able and services.identity not in able:
             # Another live replica registered every handler due: it claims the instant,
@@ -315,7 +315,7 @@ class ShardClaims:
         if lock is None:
             await grant.release()
             return
-        of_shard = self._jobs.of_shard(ref, self._group.state().shards)
+        of_shard = self._jobs.of_shard(ref, self._group.state())
         due = self._jobs.due([e.job.name for e in of_shard], grant.tick)
         _log.info(
             "adopting a shard claim whose reply was lost",

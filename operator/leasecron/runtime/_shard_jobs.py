@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leasecron.models.groups import shard_ref
+from leasecron.models.groups import GroupState, Placement
 from leasecron.models.shards import ShardRef, due_at
 from leasecron.models.specs import Bucket, ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
@@ -41,7 +41,7 @@ class JobEntry:
     """Runs of earlier ticks still going beside `running` (concurrencyPolicy: Allow)."""
     stopped: bool = field(default=False)
     unguarded: OrderedDict[datetime, None] = field(default_factory=OrderedDict)
-    placed: tuple[int, ShardRef] | None = None
+    placed: tuple[Placement, ShardRef] | None = None
     """The shard Lease of the job under the shard count it was computed for."""
     ran: datetime | None = None
     """The newest tick of the job this replica ran or recorded under a grant."""
@@ -58,7 +58,7 @@ class JobEntry:
 
 @dataclass
 class _ShardIndex:
-    shards: int
+    placement: Placement
     own: dict[str, list[str]] = field(default_factory=dict)
     foreign: dict[str, list[str]] = field(default_factory=dict)
 
@@ -73,8 +73,8 @@ class ShardJobs:
         self.local: dict[str, JobEntry] = {}
         """The every-replica jobs: timed with the others, run here without a claim."""
         self.foreign: dict[str, ScheduledJob] = {}
-        self._foreign_placed: dict[str, tuple[int, ShardRef]] = {}
-        """Per foreign job: the shard count and the shard Lease it was placed on last."""
+        self._foreign_placed: dict[str, tuple[Placement, ShardRef]] = {}
+        """Per foreign job: the placement and the shard Lease it was placed on last."""
         self._index: _ShardIndex | None = None
         self.unplanned: list[JobEntry] = []
         """Entries whose next tick the timer has to plan (new, changed or just due), in
@@ -82,12 +82,12 @@ class ShardJobs:
         """The jobs' names by shard Lease under one count, made again when the names change:
         a shard's jobs are found without going through the whole group's."""
 
-    def ref_of(self, name: str, shards: int) -> ShardRef:
-        """The shard Lease that claims the ticks of the job named `name` under `shards`."""
+    def ref_of(self, name: str, state: GroupState) -> ShardRef:
+        """The shard Lease that claims the ticks of the job named `name` under `state`."""
         entry = self.entries.get(name)
         if entry is not None:
-            return self.placed(entry, shards)
-        return shard_ref(self._services.group, name, shards=shards)
+            return self.placed(entry, state)
+        return state.ref(self._services.group, name)
 
     def timed(self) -> list[JobEntry]:
         """Every job whose ticks the timer plans: once-per-tick and every-replica."""
@@ -161,22 +161,22 @@ class ShardJobs:
             self._index = None
         self._foreign_placed.pop(name, None)
 
-    def foreign_ref(self, name: str, shards: int) -> ShardRef:
+    def foreign_ref(self, name: str, state: GroupState) -> ShardRef:
         placed = self._foreign_placed.get(name)
-        if placed is None or placed[0] != shards:
+        if placed is None or placed[0] != state.placement:
             placed = self._foreign_placed[name] = (
-                shards,
-                shard_ref(self._services.group, name, shards=shards),
+                state.placement,
+                state.ref(self._services.group, name),
             )
         return placed[1]
 
     def handlers_due(
-        self, ref: ShardRef, instant: datetime, due: list[JobEntry], shards: int
+        self, ref: ShardRef, instant: datetime, due: list[JobEntry], state: GroupState
     ) -> set[str]:
         """Handlers of every job of shard Lease `ref` due at `instant`, registered here or
         not."""
         handlers = {e.job.handler_name for e in due}
-        for job in self.foreign_of_shard(ref, shards):
+        for job in self.foreign_of_shard(ref, state):
             schedule = job.spec.parsed_schedule
             if schedule is not None and not job.spec.suspend and due_at(schedule, instant):
                 handlers.add(job.handler_name)
@@ -198,26 +198,26 @@ class ShardJobs:
 
         return [e for e in entries if is_due(e.job)]
 
-    def of_shard(self, ref: ShardRef, shards: int) -> list[JobEntry]:
-        """The jobs run here whose ticks shard Lease `ref` claims under `shards`."""
-        names = self._indexed(shards).own.get(ref.lease, ())
+    def of_shard(self, ref: ShardRef, state: GroupState) -> list[JobEntry]:
+        """The jobs run here whose ticks shard Lease `ref` claims under `state`."""
+        names = self._indexed(state).own.get(ref.lease, ())
         return [self.entries[name] for name in names]
 
-    def foreign_of_shard(self, ref: ShardRef, shards: int) -> list[ScheduledJob]:
+    def foreign_of_shard(self, ref: ShardRef, state: GroupState) -> list[ScheduledJob]:
         """The group's jobs not run here whose ticks shard Lease `ref` claims."""
-        return [self.foreign[name] for name in self._indexed(shards).foreign.get(ref.lease, ())]
+        return [self.foreign[name] for name in self._indexed(state).foreign.get(ref.lease, ())]
 
-    def _indexed(self, shards: int) -> _ShardIndex:
+    def _indexed(self, state: GroupState) -> _ShardIndex:
         index = self._index
-        if index is None or index.shards != shards:
-            index = self._index = _ShardIndex(shards)
+        if index is None or index.placement != state.placement:
+            index = self._index = _ShardIndex(state.placement)
             for name, entry in self.entries.items():
-                index.own.setdefault(self.placed(entry, shards).lease, []).append(name)
+                index.own.setdefault(self.placed(entry, state).lease, []).append(name)
             for name in self.foreign:
-                index.foreign.setdefault(self.foreign_ref(name, shards).lease, []).append(name)
+                index.foreign.setdefault(self.foreign_ref(name, state).lease, []).append(name)
         return index
 
-    def placed(self, entry: JobEntry, shards: int) -> ShardRef:
-        if entry.placed is None or entry.placed[0] != shards:
-            entry.placed = (shards, shard_ref(self._services.group, entry.job.name, shards=shards))
+    def placed(self, entry: JobEntry, state: GroupState) -> ShardRef:
+        if entry.placed is None or entry.placed[0] != state.placement:
+            entry.placed = (state.placement, state.ref(self._services.group, entry.job.name))
         return entry.placed[1]

@@ -47,7 +47,7 @@ class ShardLocks:
                 name=ref.lease,
                 identity=services.identity,
                 clock=services.clock,
-                labels=shard_labels(services.group, ref.shard),
+                labels=shard_labels(services.group, ref),
                 config=shard_config(services.tuning.shard_lease_s),
                 group=self._group.record,
                 on_orphan=functools.partial(self._on_orphan, ref),

@@ -79,8 +79,14 @@ class ShardRuns:
             if settled is not None and not settled.done():
                 settled.set_result(None)
             state = self._group.state()
+            if grant.moved:  # claimed on their own Leases now: nothing of theirs here
+                due = [e for e in due if e.job.name not in grant.moved]
             chosen = set(due)  # a set: a shard may hold thousands of jobs
-            others = [e for e in self._jobs.of_shard(ref, state.shards) if e not in chosen]
+            others = [
+                e
+                for e in self._jobs.of_shard(ref, state)
+                if e not in chosen and e.job.name not in grant.moved
+            ]
             marks = await _first_claim_marks(
                 services, grant, [*due, *others], floor=state.floor_tick
             )

@@ -203,11 +203,11 @@ class ShardTimer:
         """Group every due job's tick by shard Lease and instant, and place the member that
         claims each first; changes nothing."""
         groups: dict[tuple[ShardRef, datetime], dict[str, bool]] = {}
-        shards = self._group.state().shards
+        state = self._group.state()
         for entry in due:
             assert entry.next is not None
             if not entry.job.spec.suspend and entry.job.spec.bucket is Bucket.ONCE_PER_TICK:
-                ref = self._jobs.placed(entry, shards)
+                ref = self._jobs.placed(entry, state)
                 groups.setdefault((ref, entry.next.tick), {})[entry.job.name] = entry.next.catch_up
         by_instant: dict[datetime, dict[ShardRef, Iterable[str]]] = {}
         for (ref, instant), names in groups.items():
@@ -264,12 +264,12 @@ class ShardTimer:
             if jobs:
                 weights[ref.lease] = weights.get(ref.lease, 0) + len(jobs)
                 handlers.setdefault(ref.lease, set()).update(j.spec.handler or j.name for j in jobs)
-        shards = self._group.state().shards
+        state = self._group.state()
         for job in self._jobs.foreign.values():
             schedule = job.spec.parsed_schedule
             if schedule is None or job.spec.suspend or not due_at(schedule, instant):
                 continue
-            lease = self._jobs.foreign_ref(job.name, shards).lease
+            lease = self._jobs.foreign_ref(job.name, state).lease
             weights[lease] = weights.get(lease, 0) + 1
             handlers.setdefault(lease, set()).add(job.handler_name)
         own, members = services.registry.name_set(), services.membership.members()

@@ -114,7 +114,7 @@ class ShardTicks:
 
     def ref_of(self, name: str) -> ShardRef:
         """The shard Lease that claims the ticks of the job named `name`."""
-        return self._jobs.ref_of(name, self.state().shards)
+        return self._jobs.ref_of(name, self.state())
 
     # --- the jobs ---------------------------------------------------------------------------
 

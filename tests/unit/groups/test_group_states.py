@@ -10,6 +10,7 @@ import pytest
 
 from leasecron.models.groups import (
     ANNOTATION_FLOOR_TICK,
+    ANNOTATION_OWN_LEASES,
     ANNOTATION_RETIRED,
     ANNOTATION_SHARDS,
     ANNOTATION_TOKEN_CEILING,
@@ -19,12 +20,16 @@ from leasecron.models.groups import (
     GroupState,
     format_group,
     group_lease_name,
+    moved,
+    moved_jobs,
+    moved_tick,
+    own_ref,
     parse_group,
     replaced,
     retired,
     shard_ref,
 )
-from leasecron.models.shards import shard_lease_name
+from leasecron.models.shards import ANNOTATION_MOVED, shard_lease_name
 
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -106,3 +111,35 @@ def test_the_shard_of_a_job_follows_the_recorded_count() -> None:
 def test_a_shard_lease_is_retired_when_it_carries_the_annotation() -> None:
     assert retired({ANNOTATION_RETIRED: "replaced by 8 shards"})
     assert not retired({})
+
+
+def test_jobs_on_leases_of_their_own_read_back_and_are_placed_there_whatever_the_count() -> None:
+    state = GroupState(shards=8, ceiling=5, own=frozenset({"billing", "mail"}))
+    assert format_group(state)[ANNOTATION_OWN_LEASES] == '["billing", "mail"]'
+    assert parse_group(format_group(state)) == state
+    ref = state.ref("g", "billing")
+    assert ref == own_ref("g", "billing")
+    assert (ref.lease, ref.job) == ("leasecron-shard-g-job-billing", "billing")
+    assert state.ref("g", "other") == shard_ref("g", "other", shards=8)
+    after = replaced(state, shards=2, ticks=[T], tokens=[7])
+    assert after.ref("g", "billing") == ref  # a count change does not move it
+    assert after.ref("g", "other") == shard_ref("g", "other", shards=2)
+    assert state.placement != GroupState(shards=8, ceiling=5).placement
+
+
+@pytest.mark.parametrize("raw", ["billing", '{"a": 1}', '["ok", 3]', '[""]'])
+def test_a_list_of_own_leases_that_does_not_read_is_refused_with_its_value(raw: str) -> None:
+    with pytest.raises(GroupRecordError, match=ANNOTATION_OWN_LEASES):
+        parse_group({ANNOTATION_SHARDS: "4", ANNOTATION_OWN_LEASES: raw})
+
+
+def test_a_shard_lease_says_which_jobs_moved_from_it_and_the_instant_it_had_claimed() -> None:
+    annotations = {
+        ANNOTATION_MOVED + "billing": "2026-01-01T12:00:00Z",
+        ANNOTATION_MOVED + "mail": "",
+        "leasecron.dev/tick": "2026-01-01T12:00:05Z",
+    }
+    assert moved_jobs(annotations) == {"billing", "mail"}
+    assert moved(annotations, "billing") and not moved(annotations, "other")
+    assert moved_tick(annotations, "billing") == T
+    assert moved_tick(annotations, "mail") is None

@@ -34,7 +34,7 @@ from leasecron.models.groups import (
 )
 from leasecron.models.leases import lease_annotations, with_annotations
 from leasecron.models.names import format_tick
-from leasecron.models.shards import shard_lease_name
+from leasecron.models.shards import ShardRef, shard_lease_name
 
 NS, GROUP = "ns", "billing"
 RECORD = group_lease_name(GROUP)
@@ -324,8 +324,8 @@ def test_a_shard_lease_of_another_count_than_the_record_is_never_claimed() -> No
             a.client,
             a.cache,
             namespace=NS,
-            name=shard_lease_name(GROUP, 0, shards=2),
-            labels=shard_labels(GROUP, 0),
+            name=(name := shard_lease_name(GROUP, 0, shards=2)),
+            labels=shard_labels(GROUP, ShardRef(lease=name, shard=0, shards=2)),
             config=shard_config(3),
             identity="a",
             clock=server.clock,

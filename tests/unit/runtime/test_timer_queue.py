@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from leasecron.models.clocks import FakeClock
+from leasecron.models.groups import GroupState
 from leasecron.models.names import ANNOTATION_CLAIMER
 from leasecron.models.specs import ScheduledJob
 from leasecron.runtime._invoke import StopReason
@@ -194,7 +195,7 @@ def test_an_instant_is_launched_earlier_the_more_jobs_are_due_then(
     for index in range(jobs):
         table.add(job(f"job-{index}"), created=start)
     group: Any = SimpleNamespace(
-        state=lambda: SimpleNamespace(shards=4), view=SimpleNamespace(seen=lambda ns, name: None)
+        state=lambda: GroupState(shards=4), view=SimpleNamespace(seen=lambda ns, name: None)
     )
     clock = ShardTimer(services, table, group, nothing, nothing, spawn=nothing)
     waited: list[float] = []
