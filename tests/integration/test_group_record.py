@@ -2,7 +2,8 @@
 continues its tokens above their last value (no JobRuns involved), a claim above the ceiling
 raises the recorded ceiling first, a change of shard count neither claims an instant twice nor
 lets a token go down, a corrupt record is logged with its value and never crashes a replica,
-and replicas configured with different counts follow the record."""
+replicas configured with different counts follow the record, and a job moved to a shard
+Lease of its own is claimed there only, after the last instant claimed for it elsewhere."""
 
 from __future__ import annotations
 
@@ -34,10 +35,11 @@ from leasecron.models.groups import (
     ANNOTATION_TOKEN_CEILING,
     GroupState,
     group_lease_name,
+    own_ref,
     parse_group,
 )
 from leasecron.models.leases import lease_annotations
-from leasecron.models.shards import shard_lease_name
+from leasecron.models.shards import ANNOTATION_MOVED, own_lease_name, shard_lease_name, shard_of
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -241,3 +243,71 @@ def test_replicas_configured_with_different_counts_both_follow_the_record(
     a_shards, b_shards, second = run(scenario)
     assert (a_shards, b_shards) == (4, 4)
     assert isinstance(second, Skipped) and second.reason == "taken"  # the same shard Lease
+
+
+def test_a_job_moved_to_its_own_lease_is_claimed_only_there_after_its_last_instant(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    """The move marks the job on its shard Lease with the instant that Lease claimed last,
+    makes the job's own Lease at that instant and above its tokens, then lists the job in
+    the record: a claim on the shard Lease after it runs nothing of the job, the own Lease
+    takes the job's next instant (not the one claimed before) with a higher token, and a
+    count change leaves the job where it is."""
+    own_name = own_lease_name(GROUP, "report")
+
+    async def scenario() -> dict[str, Any]:
+        async with replicas(kube_api, namespace, 1, 1) as (a, b):
+            before = [await claimed(a.shard(0), tick(s)) for s in range(2)]
+            state = await b.group.move_job("report")
+            again = await a.group.move_job("report")
+            await a.sees(lambda: "report" in a.group.state.own)
+            own = ShardLock(
+                a.kube,
+                a.informer,
+                namespace=namespace,
+                name=own_name,
+                identity=a.identity,
+                config=shard_config(2),
+                group=a.group,
+            )
+            old_instant = await own.try_claim(tick(1))
+            on_own = await claimed(own, tick(2))
+            on_shard = await claimed(b.shard(0), tick(2))
+            await change_shard_count(b.kube, namespace=namespace, group=GROUP, shards=4)
+            await a.sees(lambda: a.group.state.shards == 4)
+            return {
+                "before": before,
+                "state": state,
+                "again": again,
+                "old": old_instant,
+                "own": on_own,
+                "shard": on_shard,
+                "after": a.group.state,
+            }
+
+    seen = run(scenario)
+    assert "report" in seen["state"].own and seen["again"].own == seen["state"].own
+    marks = lease_annotations(lease_obj(kube_api, namespace, shard_lease_name(GROUP, 0, shards=1)))
+    assert marks[ANNOTATION_MOVED + "report"] == "2026-01-01T12:00:01Z"
+    assert seen["old"] == Skipped("taken", "")
+    assert seen["own"].token > max(g.token for g in seen["before"])
+    assert seen["shard"].moved == {"report"} and seen["own"].moved == set()
+    assert seen["after"].ref(GROUP, "report") == own_ref(GROUP, "report")
+    assert recorded(kube_api, namespace).own == {"report"}
+    labels = lease_obj(kube_api, namespace, own_name)["metadata"]["labels"]
+    assert (labels["leasecron.dev/role"], labels["leasecron.dev/job"]) == ("shard", "report")
+
+
+def test_two_replicas_moving_one_job_at_once_both_find_it_moved_once(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    async def scenario() -> tuple[GroupState, GroupState]:
+        async with replicas(kube_api, namespace, 4, 4) as (a, b):
+            await claimed(a.shard(shard_of("x", shards=4)), tick(0))
+            first, second = await asyncio.gather(a.group.move_job("x"), b.group.move_job("x"))
+            return first, second
+
+    first, second = run(scenario)
+    assert first.own == second.own == {"x"} == recorded(kube_api, namespace).own
+    own = lease_obj(kube_api, namespace, own_lease_name(GROUP, "x"))
+    assert lease_annotations(own)["leasecron.dev/tick"] == "2026-01-01T12:00:00Z"

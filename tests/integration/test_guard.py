@@ -26,8 +26,10 @@ from operator_helpers import StartOperator, apply_job, job_condition, jobruns, p
 
 from leasecron.kube.clients import Kube
 from leasecron.models.clocks import SystemClock
+from leasecron.models.groups import ANNOTATION_OWN_LEASES, group_lease_name
 from leasecron.models.names import jobrun_name
 from leasecron.models.schedules import Schedule
+from leasecron.models.shards import own_lease_name
 from leasecron.runtime import (
     Guard,
     GuardConfigError,
@@ -36,7 +38,6 @@ from leasecron.runtime import (
     JobContext,
     LostLockError,
     Scheduler,
-    Tuning,
     aclose_guards,
     current_run,
     guard,
@@ -488,8 +489,13 @@ def test_a_job_guard_records_one_jobrun_per_run_and_another_replica_skips(
     assert record["spec"]["fencingToken"] == run.token
     assert record["status"]["outcome"] == "Succeeded"
     assert record["metadata"]["ownerReferences"][0]["name"] == "report"
-    lease = lease_obj(kube_api, namespace, "leasecron-guard-report")
-    assert lease["metadata"]["labels"]["leasecron.dev/role"] == "guard"
+    # Claimed on the job's own shard Lease, the one a Scheduler of the job claims on too.
+    lease = lease_obj(kube_api, namespace, own_lease_name("default", "report"))
+    assert lease["metadata"]["labels"]["leasecron.dev/role"] == "shard"
+    assert lease["metadata"]["labels"]["leasecron.dev/job"] == "report"
+    assert lease["spec"]["leaseTransitions"] == run.token
+    group = lease_obj(kube_api, namespace, group_lease_name("default"))
+    assert group["metadata"]["annotations"][ANNOTATION_OWN_LEASES] == '["report"]'
 
 
 def test_a_job_guards_lease_starts_above_the_highest_token_the_job_has_on_record(
@@ -595,52 +601,71 @@ def test_the_operator_alarms_a_tick_nobody_ran_and_not_the_ticks_the_guard_ran(
         assert (record["status"]["outcome"], record["spec"]["holder"]) == ("Succeeded", "pinger")
 
 
-def test_a_job_both_a_job_guard_and_a_scheduler_run_runs_each_tick_once(
+def test_a_job_a_scheduler_runs_and_a_guard_takes_up_is_claimed_on_one_lease_each_tick_once(
     kube_api: ApiClient, kubes: list[Kube], namespace: str
 ) -> None:
-    """The guard claims on its own Lease, the Scheduler on the job's shard Lease: the tick's
-    JobRun, created before either body starts, decides which one runs it."""
-    apply_job(kube_api, namespace, "report", schedule="@every 1s", startingDeadline="30s")
-    ran: list[tuple[datetime, str]] = []
+    """A Scheduler runs `report` and `other` on a one-shard group; a job guard of `report`
+    starts firing every 0.2 s while it runs (moving `report` to its own shard Lease), then
+    the Scheduler stops and the guard goes on alone. Every tick runs once, none is lost at
+    the move or at the hand-over, and `report`'s tokens rise tick after tick whoever ran it:
+    one Lease, one token sequence."""
+    for name in ("report", "other"):
+        apply_job(kube_api, namespace, name, schedule="@every 1s", startingDeadline="30s")
+    ran: list[tuple[str, datetime, str]] = []
+    skips: set[str] = set()
     lock = threading.Lock()
 
     def scheduled(ctx: JobContext) -> None:
         with lock:
-            ran.append((ctx.tick, "scheduler"))
+            ran.append((ctx.job, ctx.tick, "scheduler"))
 
-    scheduler = Scheduler(
-        namespace=namespace,
-        kube=kubes[0],
-        identity="scheduler",
-        tuning=Tuning(member_duration_s=3, member_renew_every=1.0),
-    )
+    scheduler = Scheduler(namespace=namespace, kube=kubes[0], identity="scheduler", shards=1)
     scheduler.register("report", scheduled)
+    scheduler.register("other", scheduled)
     guard = Guard("report", job="report", namespace=namespace, kube=kubes[1], identity="guard")
     stop = threading.Event()
 
     def fire() -> None:
         while not stop.wait(0.2):
-            with guard.claim(tick=datetime.now(UTC)) as run:
+            with guard.claim(tick=datetime.now(UTC)) as run, lock:
                 if run:
-                    with lock:
-                        ran.append((run.tick, "guard"))
+                    ran.append(("report", run.tick, "guard"))
+                else:
+                    skips.add(run.reason)
 
-    with guard.claim(tick=datetime.now(UTC)):
-        pass  # the guard's member Lease is written: the Scheduler sees the job guarded
     firing = threading.Thread(target=fire)
     scheduler.start()
-    firing.start()
     try:
-        deadline = time.monotonic() + 12
-        while time.monotonic() < deadline:
-            time.sleep(0.5)
+        time.sleep(3)
+        began = datetime.now(UTC)
+        firing.start()
+        time.sleep(3)
+        scheduler.stop()
+        stopped = datetime.now(UTC)
+        time.sleep(3)
+        ended = datetime.now(UTC) - timedelta(seconds=1)
     finally:
         stop.set()
-        firing.join()
         scheduler.stop()
-    by_tick = Counter(tick for tick, _ in ran)
-    assert len(by_tick) >= 8
-    assert [t for t, n in by_tick.items() if n > 1] == []
+        if firing.is_alive():
+            firing.join()
+    # Whichever claims first runs the tick; the other finds it taken (or its grant live).
+    assert skips <= {"taken", "live_grant"}, skips
+    assert {who for _, _, who in ran} == {"scheduler", "guard"}
+    by_tick = Counter((job, tick) for job, tick, _ in ran)
+    assert [k for k, n in by_tick.items() if n > 1] == []
+    every = Schedule.parse("@every 1s")
+    lost = [t for t in every.ticks_between(began, ended, limit=60) if ("report", t) not in by_tick]
+    assert lost == []
+    on_other = every.ticks_between(began, stopped - timedelta(seconds=1), limit=60)
+    assert [t for t in on_other if ("other", t) not in by_tick] == []
+    records = sorted(
+        (r for r in jobruns(kube_api, namespace) if r["spec"]["job"] == "report"),
+        key=lambda r: str(r["spec"]["tick"]),
+    )
+    tokens = [r["spec"]["fencingToken"] for r in records]
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    assert lease_obj(kube_api, namespace, own_lease_name("default", "report"))
 
 
 def test_a_guard_whose_host_clock_runs_ahead_runs_no_tick_early_and_takes_none_from_others(

@@ -11,6 +11,14 @@ overwritten: the last good state stays in force, and only claims that would need
 ceiling wait until it reads again. `reserve(token)` raises the ceiling (by `TOKEN_BLOCK`) with
 a conditional update before a shard Lease may carry `token`.
 
+`GroupRecord.move_job` gives a job a shard Lease of its own (a shard of one job, of no
+count), once, so that whatever claims its ticks (a Scheduler that registered its handler, a
+`job=` guard) claims them on one Lease: it marks the job moved on its shard Lease of the
+current count (the instant that Lease had claimed: nothing of the job is claimed there any
+more), creates the job's own Lease at that instant and token, and only then lists the job
+in the record, conditionally on the count it marked: the job's ticks are never claimed on
+two Leases, its token never goes down.
+
 `change_shard_count` retires every shard Lease of the old count (a conditional write each, a
 retired placeholder for a missing one), reads them back, and then writes the new count with
 the highest instant they claimed as the floor tick and the ceiling at or above their highest
@@ -24,6 +32,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from leasecron._logs import get_logger
@@ -48,13 +57,15 @@ from leasecron.models.groups import (
     GroupState,
     format_group,
     group_lease_name,
+    moved_tick,
+    own_ref,
     parse_group,
     replaced,
     retired,
 )
 from leasecron.models.leases import LeaseRecord, lease_annotations, parse_lease
 from leasecron.models.names import LABEL_GROUP, format_tick
-from leasecron.models.shards import MAX_SHARDS, ShardRef, shard_lease_name
+from leasecron.models.shards import ANNOTATION_MOVED, MAX_SHARDS, ShardRef, shard_lease_name
 
 WRITE_ATTEMPTS = 5
 """How many conditional writes of one Lease `reserve` and the count change try (re-reading
@@ -62,7 +73,8 @@ after each conflict or lost reply) before they give up with the last error."""
 _MAYBE_WRITTEN = (OutcomeUnknown, TimeoutError)
 
 Subscriber = Callable[[GroupState], None]
-"""Told (on the loop thread) the record's state when its shard count or floor tick changed."""
+"""Told (on the loop thread) the record's state when its shard count, floor tick or jobs on
+Leases of their own changed."""
 
 
 def _record_lock(
@@ -133,7 +145,7 @@ class GroupRecord:
         self._problem: str | None = None
         self._warned_counts: set[int] = set()
         self._subscribers: list[Subscriber] = []
-        self._told = (self._last.shards, self._last.floor_tick)
+        self._told = (self._last.shards, self._last.floor_tick, self._last.own)
         self._mutex = asyncio.Lock()
         self._unwatch = self.lease.view.watch(namespace, self.lease.name, self._changed)
 
@@ -184,7 +196,7 @@ class GroupRecord:
 
     def _changed(self, obj: dict[str, Any] | None) -> None:
         state = self.state
-        told = (state.shards, state.floor_tick)
+        told = (state.shards, state.floor_tick, state.own)
         if told == self._told:
             return
         self._told = told
@@ -195,7 +207,8 @@ class GroupRecord:
                 self._log.exception("group record subscriber failed")
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
-        """Call `callback(state)` whenever the shard count or floor tick changes; returns
+        """Call `callback(state)` whenever the shard count, floor tick or the jobs on Leases
+        of their own change; returns
         the unsubscribe."""
         self._subscribers.append(callback)
 
@@ -224,7 +237,7 @@ class GroupRecord:
                 if await self._create(state):
                     await self._create_shards(state, token=highest)
         state = self.state
-        self._told = (state.shards, state.floor_tick)
+        self._told = (state.shards, state.floor_tick, state.own)
         return state
 
     async def _highest_token_on_record(self) -> int:
@@ -237,6 +250,50 @@ class GroupRecord:
             namespace=self.namespace, label_selector=LEASE_SELECTOR
         )
         return max((parse_lease(obj).transitions for obj in leases), default=0)
+
+    async def move_job(self, job: str) -> GroupState:
+        """Claim `job`'s ticks on a shard Lease of its own from now on (nothing when the record
+        lists it already); the record's state after. Each step a conditional write, re-read
+        after a conflict or a lost reply:
+
+        1. mark the job moved on its shard Lease of the record's count (created so when missing),
+           with the instant that Lease recorded, or the record's floor tick if later;
+        2. create the job's own Lease with that instant and a token at the ceiling, or at the
+           shard Lease's if higher (its first claim is above every token the job had), or
+           raise its instant to it;
+        3. list the job in the record, on the condition of a version with the count of step 1
+           (another count: again from step 1).
+
+        Raises GroupRecordError for a record that does not read, KubeError when the store
+        fails (calling it again continues where it stopped)."""
+        last: KubeError | None = None
+        for _ in range(WRITE_ATTEMPTS):
+            seen = await _get(self.lease, self._timeout)
+            if seen is None:
+                await self.start()
+                continue
+            state = parse_group(lease_annotations(seen.obj))
+            if job in state.own:
+                return state
+            hashed = _shard_lock(
+                self._kube, self._clock, self.namespace, self.group, state.ref(self.group, job)
+            )
+            tick, token = await _mark_moved(hashed, job)
+            mark = max((t for t in (tick, state.floor_tick) if t is not None), default=None)
+            own = _shard_lock(
+                self._kube, self._clock, self.namespace, self.group, own_ref(self.group, job)
+            )
+            await _own_lease(own, mark=mark, token=max(token, state.ceiling))
+            try:
+                after = replace(state, own=state.own | {job})
+                await self.lease.annotate(format_group(after), base=seen, timeout=self._timeout)
+                self._log.info("job moved to a shard Lease of its own", job=job, mark=mark)
+                return after
+            except (Conflict, OutcomeUnknown) as e:
+                last = e
+            except TimeoutError as e:
+                last = Unavailable(f"listing {job} in the group record: {e!r}")
+        raise last or Conflict(f"{self.lease.name} kept changing")
 
     async def refresh(self) -> GroupState:
         """GET the record into the view (before a shard Lease is created: its first token
@@ -372,6 +429,70 @@ async def _retire(lock: LeaseLock, *, value: str) -> str:
     raise last or Conflict(f"{lock.name} kept changing")
 
 
+def _shard_lock(
+    kube: Kube | LeaseStoreLike, clock: Clock, namespace: str, group: str, ref: ShardRef
+) -> LeaseLock:
+    """A lock of shard Lease `ref` (a view of its own)."""
+    return LeaseLock.open(
+        kube,
+        None,
+        clock=clock,
+        namespace=namespace,
+        name=ref.lease,
+        role=ROLE_SHARD,
+        labels=shard_labels(group, ref),
+    )
+
+
+async def _mark_moved(lock: LeaseLock, job: str) -> tuple[datetime | None, int]:
+    """Step 1 of `move_job`: the instant the job's shard Lease recorded when it was marked
+    moved (kept from an earlier mark), and its token then or since (no claim of the job
+    lands on it after the mark)."""
+    key = ANNOTATION_MOVED + job
+    last: KubeError | None = None
+    for _ in range(WRITE_ATTEMPTS):
+        seen = await _get(lock, None)
+        try:
+            if seen is None:
+                record = LeaseRecord(name=lock.name, namespace=lock.namespace)
+                await lock.create(record, annotations={key: ""})
+                return None, 0
+            annotations, record = lease_annotations(seen.obj), seen.observation.record
+            if key in annotations:
+                return moved_tick(annotations, job), record.transitions
+            tick = record.tick
+            await lock.annotate({key: format_tick(tick) if tick else ""}, base=seen)
+            return tick, record.transitions
+        except (Conflict, AlreadyExists, OutcomeUnknown) as e:
+            last = e
+        except TimeoutError as e:
+            last = Unavailable(f"marking {job} moved on {lock.name}: {e!r}")
+    raise last or Conflict(f"{lock.name} kept changing")
+
+
+async def _own_lease(lock: LeaseLock, *, mark: datetime | None, token: int) -> None:
+    """Step 2 of `move_job`: the job's own Lease exists with its instant at `mark` at least
+    (nothing claims on it before the record lists the job)."""
+    last: KubeError | None = None
+    for _ in range(WRITE_ATTEMPTS):
+        seen = await _get(lock, None)
+        try:
+            if seen is None:
+                new = LeaseRecord(name=lock.name, namespace=lock.namespace, transitions=token)
+                await lock.create(replace(new, tick=mark))
+                return
+            tick = seen.observation.record.tick
+            if mark is None or (tick is not None and tick >= mark):
+                return
+            await lock.update(replace(seen.observation.record, tick=mark), base=seen)
+            return
+        except (Conflict, AlreadyExists, OutcomeUnknown) as e:
+            last = e
+        except TimeoutError as e:
+            last = Unavailable(f"creating {lock.name}: {e!r}")
+    raise last or Conflict(f"{lock.name} kept changing")
+
+
 async def change_shard_count(
     kube: Kube | LeaseStoreLike,
     *,
@@ -492,7 +613,9 @@ async def _write_count(lock: LeaseLock, *, before: GroupState, after: GroupState
             raise ShardCountError(
                 f"the shard count was changed to {current.shards} meanwhile; nothing written"
             )
-        after = replace(after, ceiling=max(after.ceiling, current.ceiling))
+        after = replace(
+            after, ceiling=max(after.ceiling, current.ceiling), own=after.own | current.own
+        )
         try:
             await lock.annotate(format_group(after), base=seen)
             return after

@@ -49,7 +49,7 @@ from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseStoreLike, Par
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import KubeError, Unavailable
 from leasecron.models.configs import LockConfig
-from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live
+from leasecron.models.decisions import SKIP_TAKEN, Claim, expires_at, grant_live, lost_reason
 from leasecron.models.groups import GroupRecordError, retired
 from leasecron.models.leases import LeaseRecord, lease_annotations
 from leasecron.models.names import LABEL_GROUP, LABEL_JOB
@@ -85,14 +85,21 @@ class ShardRules:
 
     role = ROLE_SHARD
 
-    def __init__(self, group: GroupRecord | None) -> None:
+    def __init__(self, group: GroupRecord | None, *, over_own: bool = True) -> None:
         self.group = group
+        self.over_own = over_own
+        """Whether the holder claims over its own live grants (the engine's holding). A
+        `job=` guard's lock does not: a body still going keeps the next tick from it, and
+        its grant is lost to any later claim, ours included."""
         self.mutex = asyncio.Lock()
 
     def lost_reason(self, lock: TickLock, record: LeaseRecord | None, grant: Grant) -> str | None:
         """Ours while the Lease shows this identity (identities are unique per process
         incarnation): at a later token that is our own claim of a later instant, at an earlier
-        one a watch event older than our write. Lost once it shows anyone else."""
+        one a watch event older than our write. Lost once it shows anyone else (without
+        `over_own`, any other token)."""
+        if not self.over_own:
+            return lost_reason(record, identity=lock.identity, token=grant.token)
         if record is None:
             return "the Lease was deleted"
         if record.holder != lock.identity:
@@ -100,6 +107,8 @@ class ShardRules:
         return None
 
     def replaceable(self, lock: TickLock) -> set[int]:
+        if not self.over_own:
+            return set()
         return {token for token, grant in lock.grants.items() if grant.held}
 
     def takes(self, tick: datetime) -> bool:

@@ -32,7 +32,13 @@ from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
 from leasecron.models.clocks import Clock
 from leasecron.models.decisions import Observation
-from leasecron.models.groups import ROLE_GROUP, GroupState, group_lease_name, recorded_state
+from leasecron.models.groups import (
+    ROLE_GROUP,
+    GroupState,
+    Placement,
+    group_lease_name,
+    recorded_state,
+)
 from leasecron.models.leases import parse_lease
 from leasecron.models.names import (
     GROUP,
@@ -136,7 +142,7 @@ class World:
         self._member_index: dict[tuple[str, str], dict[str, Member]] = defaultdict(dict)
         self._guard_index: dict[tuple[str, str], set[str]] = defaultdict(set)
         """Guard Leases by (namespace, job label): the job guards' Leases of each job."""
-        self._placed: dict[Key, tuple[int, str]] = {}
+        self._placed: dict[Key, tuple[Placement, str]] = {}
         """(shard count, shard Lease) each once-per-tick job was last placed on."""
         self._started: set[int] = set()
         for informer in self._leases.values():
@@ -239,8 +245,8 @@ class World:
             return None
         key = (namespace, facts.ref.name)
         placed = self._placed.get(key)
-        if placed is None or placed[0] != state.shards:
-            placed = (state.shards, state.ref(facts.group, facts.ref.name).lease)
+        if placed is None or placed[0] != state.placement:
+            placed = (state.placement, state.ref(facts.group, facts.ref.name).lease)
             self._placed[key] = placed
         return placed[1]
 

@@ -44,6 +44,7 @@ import asyncio
 import random
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron._metrics import RUN_DURATION, RUNS, SKIPS, START_LAG
@@ -52,9 +53,11 @@ from leasecron.coordination.floors import highest_token
 from leasecron.coordination.locks import SKIP_EXISTS
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
+from leasecron.kube.watches import Informer
 from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import SKIP_DEADLINE, SKIP_TAKEN
+from leasecron.models.groups import GroupRecordError
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob, SpecError
 from leasecron.models.vocabulary import SkipReason
@@ -86,6 +89,7 @@ BUCKET = Bucket.ONCE_PER_TICK.value
 RECORD_TIMEOUT = 5.0
 """Seconds the Running JobRun's create may take before the tick is not run."""
 SKIP_UNAVAILABLE = SkipReason.STORE_UNAVAILABLE
+SKIP_GROUP_UNREADABLE = SkipReason.GROUP_RECORD_UNREADABLE
 
 
 def _job_lock(job: ScheduledJob) -> LockConfig:
@@ -113,14 +117,8 @@ class Engine:
     def _skip(self, tick: datetime, reason: str, *, holder: str = "", **log: object) -> GuardRun:
         s = self.settings
         SKIPS.labels(job_namespace=s.namespace, scheduled_job=s.name, reason=reason).inc()
-        _log.debug(
-            "tick skipped",
-            guard=s.name,
-            tick=format_tick(tick),
-            reason=reason,
-            holder=holder,
-            **log,
-        )
+        fields = {"guard": s.name, "tick": format_tick(tick), "reason": reason, "holder": holder}
+        _log.debug("tick skipped", **fields, **log)
         return self._skipped(tick, reason, holder="")
 
     def _skipped(self, tick: datetime, reason: str, *, holder: str) -> GuardRun:
@@ -180,12 +178,10 @@ class Engine:
         deadline = s.starting_deadline if job is None else job.spec.starting_deadline
         assert config is not None and deadline is not None
         begin_by = start_by(tick=tick, fired=fired, deadline=deadline, job=job is not None)
-        marks = self.runtime.marks(kube, s)
-        if marks.claimed(tick):  # the Lease's mark, remembered across its deletion
-            return self._skip(tick, SKIP_TAKEN, marked=format_tick(marks.tick or tick))
         # 3. The claim: one conditional write at most, on the guard's short Lease.
-        lease = lease_config(config, s.lease_duration)
-        lock = self.runtime.tick_lock(kube, cache, settings=s, config=lease, clock=self.clock)
+        lock = await self._lock(kube, cache, job, tick, lease_config(config, s.lease_duration))
+        if isinstance(lock, GuardRun):
+            return lock
         # The replica that claimed the previous tick claims this one at once; the others wait
         # a random part of the stagger, so they write only when it does not (it died, or its
         # scheduler did not fire it).
@@ -209,6 +205,38 @@ class Engine:
             max(0.0, (self.clock.now() - tick).total_seconds())
         )
         return run
+
+    async def _lock(
+        self,
+        kube: Kube,
+        cache: Informer,
+        job: ScheduledJob | None,
+        tick: datetime,
+        config: LockConfig,
+    ) -> TickLock | GuardRun:
+        """The lock a claim of `tick` goes through, or a skip: a plain guard's on its own
+        Lease unless this runtime saw the tick claimed there (its mark, kept across the
+        Lease's deletion); a `job=` guard's on its job's own shard Lease."""
+        s, runtime = self.settings, self.runtime
+        if job is None:
+            marks = runtime.marks(kube, s)
+            if marks.claimed(tick):
+                return self._skip(tick, SKIP_TAKEN, marked=format_tick(marks.tick or tick))
+            return runtime.tick_lock(kube, cache, settings=s, config=config, clock=self.clock)
+        try:
+            return await runtime.job_lock(
+                kube,
+                cache,
+                settings=s,
+                job=job.name,
+                group=job.spec.group,
+                config=config,
+                clock=self.clock,
+            )
+        except GroupRecordError as e:
+            return self._skip(tick, SKIP_GROUP_UNREADABLE, error=str(e))
+        except (KubeError, TimeoutError) as e:
+            return self._skip(tick, SKIP_UNAVAILABLE, error=repr(e))
 
     def _hold(self, run: GuardRun, lock: TickLock, config: LockConfig) -> None:
         """Renew the grant every third of the short Lease while the body runs, and give the
@@ -281,17 +309,7 @@ class Engine:
         obj = cache.get(s.namespace, s.job)
         if obj is None:
             return None, 0
-        try:
-            job = ScheduledJob.from_resource(obj)
-        except SpecError as e:
-            raise GuardConfigError(f"job={s.job!r}: the ScheduledJob is not valid: {e}") from e
-        if job.spec.bucket is not Bucket.ONCE_PER_TICK:
-            raise GuardConfigError(
-                f"job={s.job!r}: spec.bucket ({job.spec.bucket.value!r}) must be once-per-tick: "
-                "a guard runs one body per tick (every-replica jobs need no lock; single-owner "
-                "jobs are run by the Scheduler's election)"
-            )
-        return job, highest_token(job=s.job, scheduled_job=obj)
+        return _guarded_job(s.job, obj), highest_token(job=s.job, scheduled_job=obj)
 
     async def _start_record(
         self, run: GuardRun, grant: Grant, job: ScheduledJob
@@ -374,6 +392,22 @@ class Engine:
         except TimeoutError:
             finished = run.jobrun.finish(outcome=outcome, end=self.clock.now(), message=message)
             self._recorder().record_later(finished, job_uid=run.job_uid)
+
+
+def _guarded_job(name: str, obj: dict[str, Any]) -> ScheduledJob:
+    """The ScheduledJob a `job=` guard runs; GuardConfigError naming the field when it is
+    not valid or not once-per-tick."""
+    try:
+        job = ScheduledJob.from_resource(obj)
+    except SpecError as e:
+        raise GuardConfigError(f"job={name!r}: the ScheduledJob is not valid: {e}") from e
+    if job.spec.bucket is not Bucket.ONCE_PER_TICK:
+        raise GuardConfigError(
+            f"job={name!r}: spec.bucket ({job.spec.bucket.value!r}) must be once-per-tick: "
+            "a guard runs one body per tick (every-replica jobs need no lock; single-owner "
+            "jobs are run by the Scheduler's election)"
+        )
+    return job
 
 
 def _outcome(run: GuardRun, error: BaseException | None) -> tuple[Outcome, str]:

@@ -1,11 +1,13 @@
 """`GuardRuntime`: what the guards of one event loop share, and which runtime a call uses.
 
 Owns, per event loop: the Kube client made from the environment (one, for guards not given a
-client), one watch-fed cache of guard Leases (`coordination.lease_informer` selecting the
-`guard` role) and, for `job=` guards, one ScheduledJob cache, per (client, namespace),
-started lazily on first use; one `TickLock` per guard Lease and identity, and one
-`GuardMarks` per guard Lease (fed by the view's watch of it: its token floor and high-water
-mark kept across deletion); one `Recorder` per (client, namespace); the member Leases of its
+client), one watch-fed cache of the guard, shard and group-record Leases
+(`coordination.lease_informer`) and, for `job=` guards, one ScheduledJob cache, per (client,
+namespace), started lazily on first use; one `TickLock` per Lease and identity: a plain
+guard's on its own Lease, with one `GuardMarks` per guard Lease (fed by the view's watch of
+it: its token floor and high-water mark kept across deletion), a `job=` guard's on its job's
+own shard Lease under `ShardRules` (one `GroupRecord` per group, started on first use);
+one `Recorder` per (client, namespace); the member Leases of its
 job guards (`GuardMembers`, one per client, namespace, group and identity, started by a job
 guard's first use); the claims that are held now, so that closing releases them; and the run
 hooks of the guards that used it, whose queued events closing waits for (up to `HOOKS_DRAIN`
@@ -33,16 +35,17 @@ from collections.abc import Callable
 from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron.coordination import BackgroundLoop, TickLock, lease_informer
-from leasecron.coordination.floors import token_floor
-from leasecron.coordination.resourcelocks import ROLE_GUARD
+from leasecron.coordination import BackgroundLoop, GroupRecord, TickLock, lease_informer
+from leasecron.coordination.resourcelocks import ROLE_GUARD, ROLE_SHARD
+from leasecron.coordination.shards import ShardRules, shard_labels
 from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
-from leasecron.models.names import LABEL_JOB, LABEL_ROLE
-from leasecron.models.specs import job_label_value
+from leasecron.models.groups import ROLE_GROUP, own_ref
+from leasecron.models.names import LABEL_ROLE
+from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.runtime._guard_marks import GuardMarks
 from leasecron.runtime._guard_members import GuardMembers
 from leasecron.runtime._guard_runs import GuardRun
@@ -51,7 +54,8 @@ from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._records import Recorder
 
 _log = get_logger("leasecron.runtime.guards")
-GUARD_SELECTOR = f"{LABEL_ROLE}={ROLE_GUARD}"
+GUARD_SELECTOR = f"{LABEL_ROLE} in ({ROLE_GUARD},{ROLE_SHARD},{ROLE_GROUP})"
+"""The Leases a guard claims on or follows: plain guards', shard Leases, group records."""
 START_TIMEOUT = 10.0
 """Seconds a call waits for a cache to start before it skips (store_unavailable)."""
 CLOSE_TIMEOUT = 10.0
@@ -72,6 +76,7 @@ class GuardRuntime:
         self._starting: dict[tuple[str, Key], asyncio.Lock] = {}
         self._locks: dict[tuple[Any, ...], TickLock] = {}
         self._marks: dict[tuple[int, str, str], GuardMarks] = {}
+        self._groups: dict[tuple[int, str, str], GroupRecord] = {}
         self._unwatch: list[Callable[[], None]] = []
         self._recorders: dict[Key, Recorder] = {}
         self._members: dict[tuple[int, str, str, str], GuardMembers] = {}
@@ -172,38 +177,108 @@ class GuardRuntime:
         config: LockConfig,
         clock: Clock,
     ) -> TickLock:
-        """The TickLock of the guard's Lease for its identity (one per Lease config: a job's
-        lock settings may change). The Lease is created above the highest token this runtime
-        saw on it and, for a `job=` guard, above the job's token floor."""
+        """The TickLock of a plain guard's Lease for its identity (one per Lease config). The
+        Lease is created above the highest token this runtime saw on it."""
         key = (id(kube), settings.namespace, settings.lease, settings.identity, config)
         lock = self._locks.get(key)
         if lock is not None:
             return lock
-        labels: dict[str, str] = {}  # the role is the lock's (`guard`)
         marks = self.marks(kube, settings)
-        job, namespace = settings.job, settings.namespace
-        if job is not None:
-            labels[LABEL_JOB] = job_label_value(job)
 
         async def floor() -> int:
-            if job is None:
-                return marks.token
-            return max(marks.token, await token_floor(kube, namespace=namespace, job=job))
+            return marks.token
 
         lock = TickLock(
             kube,
             cache,
             config=config,
             job=settings.name,
-            namespace=namespace,
+            namespace=settings.namespace,
             name=settings.lease,
             identity=settings.identity,
             clock=clock,
-            labels=labels,
             floor=floor,
         )
         self._locks[key] = lock
         self._follow(lock, marks, clock)
+        return lock
+
+    async def group_record(
+        self,
+        kube: Kube,
+        cache: Informer,
+        *,
+        namespace: str,
+        group: str,
+        identity: str,
+        clock: Clock,
+    ) -> GroupRecord:
+        """The started record of `group` (created with the default count when there is
+        none: the group's Schedulers follow the record, whatever they were configured with)."""
+        key = (id(kube), namespace, group)
+        record = self._groups.get(key)
+        if record is not None:
+            return record
+        lock = self._starting.setdefault(
+            ("group", (id(kube), f"{namespace}/{group}")), asyncio.Lock()
+        )
+        async with lock:
+            record = self._groups.get(key)
+            if record is None:
+                record = GroupRecord(
+                    kube,
+                    cache,
+                    namespace=namespace,
+                    group=group,
+                    identity=identity,
+                    configured_shards=DEFAULT_SHARDS,
+                    clock=clock,
+                )
+                try:
+                    await asyncio.wait_for(record.start(), START_TIMEOUT)
+                except BaseException:
+                    record.close()
+                    raise
+                self._groups[key] = record
+        return record
+
+    async def job_lock(
+        self,
+        kube: Kube,
+        cache: Informer,
+        *,
+        settings: GuardSettings,
+        job: str,
+        group: str,
+        config: LockConfig,
+        clock: Clock,
+    ) -> TickLock:
+        """The TickLock of a `job=` guard on its job's own shard Lease, under the group's
+        rules: the claim, its token and its high-water mark are those a Scheduler that
+        registered the job makes on that Lease. The job is moved there first when the group
+        record does not list it (`GroupRecord.move_job`). Raises GroupRecordError, KubeError."""
+        namespace, identity = settings.namespace, settings.identity
+        record = await self.group_record(
+            kube, cache, namespace=namespace, group=group, identity=identity, clock=clock
+        )
+        if job not in record.state.own:
+            await record.move_job(job)
+        ref = own_ref(group, job)
+        key = (id(kube), namespace, ref.lease, identity, config)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = TickLock(
+                kube,
+                cache,
+                config=config,
+                job=settings.name,
+                namespace=namespace,
+                name=ref.lease,
+                identity=identity,
+                clock=clock,
+                labels=shard_labels(group, ref),
+                rules=ShardRules(record, over_own=False),
+            )
         return lock
 
     def _follow(self, lock: TickLock, marks: GuardMarks, clock: Clock) -> None:
@@ -243,6 +318,9 @@ class GuardRuntime:
         self._unwatch.clear()
         for lock in self._locks.values():
             await lock.close()
+        for record in self._groups.values():
+            record.close()
+        self._groups.clear()
         for cache in [*self._leases.values(), *self._jobs.values()]:
             with contextlib.suppress(Exception):
                 await cache.stop()

@@ -30,6 +30,8 @@ from leasecron.coordination.locks import (
 from leasecron.coordination.shards import ShardLock
 from leasecron.kube.errors import KubeError
 from leasecron.models.decisions import SKIP_DEADLINE, SKIP_LIVE_GRANT, SKIP_TAKEN, placed_rank
+from leasecron.models.groups import moved_jobs, own_ref
+from leasecron.models.leases import lease_annotations
 from leasecron.models.shards import ShardRef, shard_key
 from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
 from leasecron.models.vocabulary import SkipReason
@@ -220,19 +222,48 @@ class ShardClaims:
                 )
                 await asyncio.gather(claim, *runs)
                 result, due = claim.result(), rest
+            due, moving = self._moved_away(lock, result, due, instant, catch_up)
             if isinstance(result, Skipped):
                 # Skips by reason, per job as well as per shard Lease.
                 self._services.skip_all([e.job for e in due], result.reason, tick=instant)
-                return
-            if not isinstance(result, Grant):
-                return
-            await self._runs.hold_and_run(lock, ref, result, due, catch_up, settled=settled)
+            elif isinstance(result, Grant):
+                await self._runs.hold_and_run(lock, ref, result, due, catch_up, settled=settled)
+            await asyncio.gather(*moving)
         finally:
             if not settled.done():
                 settled.set_result(None)
             if self._claiming.get(ref.lease) is settled:
                 del self._claiming[ref.lease]
             self._first.pop((ref.lease, instant), None)
+
+    def _moved_away(
+        self,
+        lock: ShardLock,
+        result: Grant | _Outage | Skipped,
+        due: list[JobEntry],
+        instant: datetime,
+        catch_up: dict[str, bool],
+    ) -> tuple[list[JobEntry], list[asyncio.Task[None]]]:
+        """The jobs due that stay with this claim, and claims of `instant` on their own
+        Leases for those the grant (or the Lease, claimed first) marks moved: the own Lease
+        was made before the record lists them, at or above all claimed for them here."""
+        gone = result.moved if isinstance(result, Grant) else _moved(lock)
+        if not gone or not any(e.job.name in gone for e in due):
+            return due, []
+        group, loop = self._services.group, asyncio.get_running_loop()
+        moving = [
+            loop.create_task(
+                self.instant(
+                    own_ref(group, e.job.name),
+                    instant,
+                    {e.job.name: catch_up.get(e.job.name, False)},
+                ),
+                name=f"claim of {e.job.name} on its own Lease",
+            )
+            for e in due
+            if e.job.name in gone
+        ]
+        return [e for e in due if e.job.name not in gone], moving
 
     async def _defer_unplaced(self, lease: str, instant: datetime) -> float:
         """Seconds this replica's claim of `instant` of `lease` waited before its work: a
@@ -419,6 +450,12 @@ async def _attempt(
     return tick, await lock.try_claim(
         tick, stagger=stagger, starting_deadline=claim_deadline, above=above
     )
+
+
+def _moved(lock: ShardLock) -> frozenset[str]:
+    """The jobs the shard Lease (as this replica sees it now) marks moved to their own."""
+    seen = lock.lease.observe()
+    return moved_jobs(lease_annotations(seen.obj)) if seen is not None else frozenset()
 
 
 def _runs_locally(job: ScheduledJob) -> bool:
