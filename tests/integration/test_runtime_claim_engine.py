@@ -5,6 +5,7 @@ deleted and applied again, records still queued), and each job keeps its own dea
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 from collections import Counter
@@ -13,10 +14,19 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from lease_helpers import lease_obj
 
 from leasecron import JobContext, Scheduler
+from leasecron.coordination.groups import _mark_moved, _own_lease
+from leasecron.coordination.resourcelocks import ROLE_SHARD, LeaseLock
 from leasecron.kube.clients import Kube
-from leasecron.models.groups import ANNOTATION_SHARDS, TOKEN_BLOCK, group_lease_name
+from leasecron.models.clocks import SYSTEM_CLOCK
+from leasecron.models.groups import (
+    ANNOTATION_SHARDS,
+    TOKEN_BLOCK,
+    group_lease_name,
+    recorded_state,
+)
 from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
 from leasecron.models.names import (
     ANNOTATION_CLAIMER,
@@ -28,7 +38,7 @@ from leasecron.models.names import (
     job_lease_name,
     jobrun_name,
 )
-from leasecron.models.shards import shard_lease_name, shard_of
+from leasecron.models.shards import own_lease_name, shard_lease_name, shard_of
 from leasecron.models.vocabulary import LEGACY_JOB
 from leasecron.runtime import Tuning
 from leasecron.testing import poll
@@ -384,3 +394,49 @@ def test_a_shard_lease_keeps_who_claimed_its_latest_instant_after_the_grant_is_r
     assert claimer in {scheduler.identity for scheduler, _ in pairs}, claimer
     last = [ctx for ctx in _contexts(pairs, "kept") if ctx.token == lease.spec.lease_transitions]
     assert all(ctx.holder == claimer for ctx in last), (claimer, holders)
+
+
+def test_replicas_whose_record_does_not_list_a_moved_job_yet_claim_it_on_its_own_lease(
+    kube: Kube, kube_api: Any, namespace: str
+) -> None:
+    """Two replicas run `moving` and `staying` on one shard; the first two steps of a move of
+    `moving` land (its shard Lease marks it moved, its own Lease is made) and the record is
+    never told (as for a replica whose view of it is older than the third step). Every tick
+    of both still runs once: a claim on the shard Lease runs nothing of `moving`, whose ticks
+    are claimed on its own Lease from the mark on, with rising tokens."""
+    pairs = _schedulers(kube, namespace, 1, 1)
+    for name in ("moving", "staying"):
+        _create(kube_api, namespace, name)
+    for scheduler, _ in pairs:
+        scheduler.start()
+    try:
+        poll(lambda: len(_contexts(pairs, "moving")) >= 2, timeout=30, what="runs of moving")
+        ceiling = recorded_state(lease_obj(kube_api, namespace, group_lease_name("default")))
+        mark = asyncio.run(_mark_and_make_own(kube, namespace, ceiling.ceiling))
+        poll(lambda: len(_contexts(pairs, "moving")) >= 8, timeout=30, what="runs after the mark")
+    finally:
+        for scheduler, _ in pairs:
+            scheduler.stop()
+    contexts = _contexts(pairs)
+    _assert_once_with_growing_tokens(contexts)
+    after = [c for c in contexts if c.job == "moving" and (mark is None or c.tick > mark)]
+    ticks = [c.tick for c in after]
+    assert len(ticks) >= 4
+    assert ticks == [ticks[0] + timedelta(seconds=i) for i in range(len(ticks))]
+    own = parse_lease(lease_obj(kube_api, namespace, own_lease_name("default", "moving")))
+    assert own.transitions >= max(c.token or 0 for c in after)
+    staying = [c.tick for c in contexts if c.job == "staying" and c.tick > ticks[0]]
+    assert staying[: len(ticks) - 1] == ticks[1:]
+    record = recorded_state(lease_obj(kube_api, namespace, group_lease_name("default")))
+    assert "moving" not in record.own
+
+
+async def _mark_and_make_own(kube: Kube, namespace: str, ceiling: int) -> datetime | None:
+    """Steps 1 and 2 of `GroupRecord.move_job` for `moving`, without step 3."""
+    shard, own = (
+        LeaseLock.open(kube, None, clock=SYSTEM_CLOCK, namespace=namespace, name=n, role=ROLE_SHARD)
+        for n in (shard_lease_name("default", 0, shards=1), own_lease_name("default", "moving"))
+    )
+    tick, token = await _mark_moved(shard, "moving")
+    await _own_lease(own, mark=tick, token=max(token, ceiling))
+    return tick

@@ -25,12 +25,13 @@ import urllib3
 
 from leasecron.bench._drivers import ReplicaIO
 from leasecron.bench._through_coordination import StandbyMeter
-from leasecron.bench._through_runtime import requests_by_kind, writes_by_resource
+from leasecron.bench._through_runtime import BENCH_GROUP, requests_by_kind, writes_by_resource
 from leasecron.coordination import lease_informer
-from leasecron.coordination.resourcelocks import ROLE_GUARD
+from leasecron.coordination.resourcelocks import ROLE_GUARD, ROLE_SHARD
 from leasecron.kube.clients import Kube
 from leasecron.kube.transports import Request, Send
 from leasecron.models.names import LABEL_ROLE
+from leasecron.models.shards import own_lease_name
 from leasecron.runtime import Guard, close_guards, current_run
 from leasecron.runtime._guard_settings import LEASE_PREFIX
 
@@ -68,11 +69,13 @@ def _fire(guarded: Any, *, io: ReplicaIO, epoch: float, args: argparse.Namespace
 async def guards(args: argparse.Namespace, io: ReplicaIO) -> None:
     kube = Kube.from_config(max_workers=8, request_timeout=10.0)
     watcher = Kube.from_config(max_workers=2, request_timeout=10.0)
-    lease = LEASE_PREFIX + GUARD_NAME
+    # A job= guard claims on its job's own shard Lease, a plain one on its own.
+    lease = own_lease_name(BENCH_GROUP, args.job) if args.job else LEASE_PREFIX + GUARD_NAME
     counted = LeaseRequests(kube, lease)
     meter = StandbyMeter(args.identity, {lease: counted})
+    role = ROLE_SHARD if args.job else ROLE_GUARD
     informer = lease_informer(
-        watcher, namespace=args.namespace, label_selector=f"{LABEL_ROLE}={ROLE_GUARD}"
+        watcher, namespace=args.namespace, label_selector=f"{LABEL_ROLE}={role}"
     )
     informer.subscribe(meter.on_event)
     await informer.start()

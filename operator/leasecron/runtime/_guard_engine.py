@@ -2,21 +2,23 @@
 
 `claim()` numbered as it runs:
 
-1. Start (once per loop) the watch-fed cache of the namespace's guard Leases; a store that
-   cannot be reached is a skip (`store_unavailable`: fail closed).
+1. Start (once per loop) the watch-fed cache of the namespace's guard, shard and group
+   Leases; a store that cannot be reached is a skip (`store_unavailable`: fail closed).
 2. For a `job=` guard, read the ScheduledJob from its cache (validated like the Scheduler
    reads it; a single-owner or every-replica job, or an invalid one, is a GuardConfigError
    naming the field); its lock, startingDeadline and suspend apply, and the member Lease of
    the guard's identity in the job's group lists the job's handler (`GuardMembers`).
-3. A tick at or before the latest one this process saw claimed on the guard's Lease is `taken`
-   (`GuardMarks`: kept when the Lease is deleted). Then `TickLock.try_claim` on the guard's
-   short Lease (`lease_config`) after a random part of the stagger: the tick's high-water
-   mark, conditional writes only, lost replies read back, orphans adopted or freed, the Lease
-   created above the highest token seen on it (and a `job=` guard's above the job's token
-   floor; every claim above the token of the job's last run its status shows), nobody past
-   the start-by time (`start_by`: a plain guard's caller's fire time + its
-   starting_deadline, a `job=` guard's tick + the job's startingDeadline). A skip is
-   returned as a value.
+3. The lock: a plain guard's on its own Lease (a tick at or before the latest one this
+   process saw claimed there is `taken`: `GuardMarks`, kept when the Lease is deleted); a
+   `job=` guard's on its job's own shard Lease, under the group's rules (the job moved
+   there first when the group record does not list it: `GroupRecord.move_job`), the Lease
+   a Scheduler that registered the job claims on too. Then `TickLock.try_claim` after a
+   random part of the stagger: the tick's high-water mark, conditional writes only, lost
+   replies read back, orphans adopted or freed, the Lease created above the highest token
+   seen on it (a `job=` guard's: above the group's ceiling; every claim above the token of
+   the job's last run its status shows), nobody past the start-by time (`start_by`: a
+   plain guard's caller's fire time + its starting_deadline, a `job=` guard's tick + the
+   job's startingDeadline). A skip is returned as a value.
 4. Hold the grant: renewed every third of the short Lease while the body runs (the lock's
    `KeepAlive`), and the run's fence (`RunFence`: the grant, for at most atMostFor unless
    kept alive; at atMostFor the grant is released and the body told through `lost`). For a

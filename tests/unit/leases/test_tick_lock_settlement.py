@@ -19,7 +19,7 @@ from _lease_simulation import FakeClient, FakeLeaseServer, simulate
 
 from leasecron.coordination import Grant, ReleaseResult, Skipped, TickLock
 from leasecron.coordination.locks import OrphanHandler
-from leasecron.coordination.shards import ShardLock, shard_config
+from leasecron.coordination.shards import ShardLock, ShardRules, shard_config
 from leasecron.kube.errors import Conflict, OutcomeUnknown, Unavailable
 from leasecron.models.clocks import FakeClock
 from leasecron.models.configs import LockConfig
@@ -443,3 +443,38 @@ def test_a_shard_lock_tells_another_replicas_live_grant_from_its_own_and_a_relea
         return seen
 
     assert simulate(server.clock, main) == [(True, True, False), (False, False, True)]
+
+
+@pytest.mark.parametrize("over_own", [True, False])
+def test_a_job_guards_shard_rules_never_claim_over_its_own_live_grant(over_own: bool) -> None:
+    """A shard holder claims the next instant over its own live grant (the runs of both go
+    on under its holding); a `job=` guard's lock on its job's own shard Lease does not (a
+    body still going keeps the next tick from it)."""
+    server = FakeLeaseServer(FakeClock())
+    client = FakeClient(server, "a")
+
+    async def main() -> tuple[Grant | Skipped, Grant | Skipped, bool]:
+        a = TickLock(
+            client,
+            server.cache(),
+            namespace=NS,
+            name=LEASE,
+            config=CONFIG,
+            identity="a",
+            clock=server.clock,
+            rules=ShardRules(None, over_own=over_own),
+        )
+        first = await a.try_claim(TICK)
+        second = await a.try_claim(TICK + timedelta(seconds=1))
+        await asyncio.sleep(0)
+        still = isinstance(first, Grant) and first.held
+        await a.close()
+        return first, second, still
+
+    first, second, still = simulate(server.clock, main)
+    assert isinstance(first, Grant)
+    if over_own:
+        assert isinstance(second, Grant) and second.token == first.token + 1 and still
+    else:
+        assert second == Skipped("live_grant", "a")
+        assert still
