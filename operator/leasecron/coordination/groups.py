@@ -30,10 +30,10 @@ Neither claims instants nor decides who runs what: `coordination.shards.ShardLoc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from leasecron._logs import get_logger
 from leasecron.coordination._views import LeaseCache, LeaseView, Seen
@@ -67,6 +67,7 @@ from leasecron.models.leases import LeaseRecord, lease_annotations, parse_lease
 from leasecron.models.names import LABEL_GROUP, format_tick
 from leasecron.models.shards import ANNOTATION_MOVED, MAX_SHARDS, ShardRef, shard_lease_name
 
+T = TypeVar("T")
 WRITE_ATTEMPTS = 5
 """How many conditional writes of one Lease `reserve` and the count change try (re-reading
 after each conflict or lost reply) before they give up with the last error."""
@@ -266,34 +267,26 @@ class GroupRecord:
 
         Raises GroupRecordError for a record that does not read, KubeError when the store
         fails (calling it again continues where it stopped)."""
-        last: KubeError | None = None
-        for _ in range(WRITE_ATTEMPTS):
-            seen = await _get(self.lease, self._timeout)
+
+        async def step(seen: Seen | None) -> GroupState:
             if seen is None:
                 await self.start()
-                continue
+                raise Conflict(f"the group record {self.lease.name} was missing")
             state = parse_group(lease_annotations(seen.obj))
             if job in state.own:
                 return state
-            hashed = _shard_lock(
-                self._kube, self._clock, self.namespace, self.group, state.ref(self.group, job)
-            )
+            kube, clock, namespace, group = self._kube, self._clock, self.namespace, self.group
+            hashed = _shard_lock(kube, clock, namespace, group, state.ref(group, job))
             tick, token = await _mark_moved(hashed, job)
             mark = max((t for t in (tick, state.floor_tick) if t is not None), default=None)
-            own = _shard_lock(
-                self._kube, self._clock, self.namespace, self.group, own_ref(self.group, job)
-            )
+            own = _shard_lock(kube, clock, namespace, group, own_ref(group, job))
             await _own_lease(own, mark=mark, token=max(token, state.ceiling))
-            try:
-                after = replace(state, own=state.own | {job})
-                await self.lease.annotate(format_group(after), base=seen, timeout=self._timeout)
-                self._log.info("job moved to a shard Lease of its own", job=job, mark=mark)
-                return after
-            except (Conflict, OutcomeUnknown) as e:
-                last = e
-            except TimeoutError as e:
-                last = Unavailable(f"listing {job} in the group record: {e!r}")
-        raise last or Conflict(f"{self.lease.name} kept changing")
+            after = replace(state, own=state.own | {job})
+            await self.lease.annotate(format_group(after), base=seen, timeout=self._timeout)
+            self._log.info("job moved to a shard Lease of its own", job=job, mark=mark)
+            return after
+
+        return await _until_written(self.lease, f"listing {job} in", step)
 
     async def refresh(self) -> GroupState:
         """GET the record into the view (before a shard Lease is created: its first token
@@ -389,44 +382,50 @@ def _shard_locks(
     kube: Kube | LeaseStoreLike, clock: Clock, namespace: str, group: str, shards: int
 ) -> list[LeaseLock]:
     """The locks of the shard Leases of `group` with `shards` shards (a view of their own)."""
-    refs = [
-        ShardRef(lease=shard_lease_name(group, index, shards=shards), shard=index, shards=shards)
-        for index in range(shards)
-    ]
     return [
-        LeaseLock.open(
+        _shard_lock(
             kube,
-            None,
-            clock=clock,
-            namespace=namespace,
-            name=ref.lease,
-            role=ROLE_SHARD,
-            labels=shard_labels(group, ref),
+            clock,
+            namespace,
+            group,
+            ShardRef(lease=shard_lease_name(group, i, shards=shards), shard=i, shards=shards),
         )
-        for ref in refs
+        for i in range(shards)
     ]
 
 
-async def _retire(lock: LeaseLock, *, value: str) -> str:
-    """Mark one shard Lease retired (created so when missing): "retired", "created" or
-    "already". Conditional writes, re-read after a conflict or a lost reply."""
+async def _until_written(
+    lock: LeaseLock, what: str, step: Callable[[Seen | None], Awaitable[T]]
+) -> T:
+    """`step` on the Lease as read now (None: missing), read and tried again after a
+    conflict, a create that met an existing Lease, or a lost reply."""
     last: KubeError | None = None
     for _ in range(WRITE_ATTEMPTS):
         seen = await _get(lock, None)
         try:
-            if seen is None:
-                record = LeaseRecord(name=lock.name, namespace=lock.namespace)
-                await lock.create(record, annotations={ANNOTATION_RETIRED: value})
-                return "created"
-            if retired(lease_annotations(seen.obj)):
-                return "already"
-            await lock.annotate({ANNOTATION_RETIRED: value}, base=seen)
-            return "retired"
+            return await step(seen)
         except (Conflict, AlreadyExists, OutcomeUnknown) as e:
             last = e
         except TimeoutError as e:
-            last = Unavailable(f"retiring {lock.name}: {e!r}")
+            last = Unavailable(f"{what} {lock.name}: {e!r}")
     raise last or Conflict(f"{lock.name} kept changing")
+
+
+async def _retire(lock: LeaseLock, *, value: str) -> str:
+    """Mark one shard Lease retired (created so when missing): "retired", "created" or
+    "already"."""
+
+    async def step(seen: Seen | None) -> str:
+        if seen is None:
+            record = LeaseRecord(name=lock.name, namespace=lock.namespace)
+            await lock.create(record, annotations={ANNOTATION_RETIRED: value})
+            return "created"
+        if retired(lease_annotations(seen.obj)):
+            return "already"
+        await lock.annotate({ANNOTATION_RETIRED: value}, base=seen)
+        return "retired"
+
+    return await _until_written(lock, "retiring", step)
 
 
 def _shard_lock(
@@ -449,48 +448,35 @@ async def _mark_moved(lock: LeaseLock, job: str) -> tuple[datetime | None, int]:
     moved (kept from an earlier mark), and its token then or since (no claim of the job
     lands on it after the mark)."""
     key = ANNOTATION_MOVED + job
-    last: KubeError | None = None
-    for _ in range(WRITE_ATTEMPTS):
-        seen = await _get(lock, None)
-        try:
-            if seen is None:
-                record = LeaseRecord(name=lock.name, namespace=lock.namespace)
-                await lock.create(record, annotations={key: ""})
-                return None, 0
-            annotations, record = lease_annotations(seen.obj), seen.observation.record
-            if key in annotations:
-                return moved_tick(annotations, job), record.transitions
-            tick = record.tick
-            await lock.annotate({key: format_tick(tick) if tick else ""}, base=seen)
-            return tick, record.transitions
-        except (Conflict, AlreadyExists, OutcomeUnknown) as e:
-            last = e
-        except TimeoutError as e:
-            last = Unavailable(f"marking {job} moved on {lock.name}: {e!r}")
-    raise last or Conflict(f"{lock.name} kept changing")
+
+    async def step(seen: Seen | None) -> tuple[datetime | None, int]:
+        if seen is None:
+            record = LeaseRecord(name=lock.name, namespace=lock.namespace)
+            await lock.create(record, annotations={key: ""})
+            return None, 0
+        annotations, record = lease_annotations(seen.obj), seen.observation.record
+        if key in annotations:
+            return moved_tick(annotations, job), record.transitions
+        await lock.annotate({key: format_tick(record.tick) if record.tick else ""}, base=seen)
+        return record.tick, record.transitions
+
+    return await _until_written(lock, f"marking {job} moved on", step)
 
 
 async def _own_lease(lock: LeaseLock, *, mark: datetime | None, token: int) -> None:
     """Step 2 of `move_job`: the job's own Lease exists with its instant at `mark` at least
     (nothing claims on it before the record lists the job)."""
-    last: KubeError | None = None
-    for _ in range(WRITE_ATTEMPTS):
-        seen = await _get(lock, None)
-        try:
-            if seen is None:
-                new = LeaseRecord(name=lock.name, namespace=lock.namespace, transitions=token)
-                await lock.create(replace(new, tick=mark))
-                return
-            tick = seen.observation.record.tick
-            if mark is None or (tick is not None and tick >= mark):
-                return
-            await lock.update(replace(seen.observation.record, tick=mark), base=seen)
+
+    async def step(seen: Seen | None) -> None:
+        if seen is None:
+            new = LeaseRecord(name=lock.name, namespace=lock.namespace, transitions=token)
+            await lock.create(replace(new, tick=mark))
             return
-        except (Conflict, AlreadyExists, OutcomeUnknown) as e:
-            last = e
-        except TimeoutError as e:
-            last = Unavailable(f"creating {lock.name}: {e!r}")
-    raise last or Conflict(f"{lock.name} kept changing")
+        tick = seen.observation.record.tick
+        if mark is not None and (tick is None or tick < mark):
+            await lock.update(replace(seen.observation.record, tick=mark), base=seen)
+
+    await _until_written(lock, "creating", step)
 
 
 async def change_shard_count(
@@ -599,11 +585,11 @@ async def _refuse_left_leases(locks: list[LeaseLock], shards: int) -> None:
 
 
 async def _write_count(lock: LeaseLock, *, before: GroupState, after: GroupState) -> GroupState:
-    """Step 4: write `after`, conditionally; a ceiling raised meanwhile is kept. Raises
-    ShardCountError when someone else changed the count meanwhile."""
-    last: KubeError | None = None
-    for _ in range(WRITE_ATTEMPTS):
-        seen = await _get(lock, None)
+    """Step 4: write `after`, conditionally; a ceiling raised and jobs moved to Leases of
+    their own meanwhile are kept. Raises ShardCountError when someone else changed the count
+    meanwhile."""
+
+    async def step(seen: Seen | None) -> GroupState:
         if seen is None:
             raise ShardCountError(f"the group record {lock.name} was deleted meanwhile")
         current = parse_group(lease_annotations(seen.obj))
@@ -613,14 +599,10 @@ async def _write_count(lock: LeaseLock, *, before: GroupState, after: GroupState
             raise ShardCountError(
                 f"the shard count was changed to {current.shards} meanwhile; nothing written"
             )
-        after = replace(
+        written = replace(
             after, ceiling=max(after.ceiling, current.ceiling), own=after.own | current.own
         )
-        try:
-            await lock.annotate(format_group(after), base=seen)
-            return after
-        except (Conflict, OutcomeUnknown) as e:
-            last = e
-        except TimeoutError as e:
-            last = Unavailable(f"writing the group record: {e!r}")
-    raise last or Conflict(f"{lock.name} kept changing")
+        await lock.annotate(format_group(written), base=seen)
+        return written
+
+    return await _until_written(lock, "writing", step)
