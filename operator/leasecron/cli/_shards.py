@@ -30,21 +30,32 @@ from leasecron.models.groups import (
     retired,
 )
 from leasecron.models.leases import lease_annotations, parse_lease
-from leasecron.models.names import LABEL_GROUP, LABEL_ROLE, format_tick
-from leasecron.models.shards import MAX_SHARDS, SHARDS_PER_REPLICA, shard_lease_name, shards_for
+from leasecron.models.names import LABEL_GROUP, LABEL_JOB, LABEL_ROLE, format_tick
+from leasecron.models.shards import (
+    LABEL_SHARD,
+    MAX_SHARDS,
+    OWN_SHARD,
+    SHARDS_PER_REPLICA,
+    shard_lease_name,
+    shards_for,
+)
 
 SHARD_HEADERS = ("NAME", "STATE", "HOLDER", "TOKEN", "TICK")
 
 
 def shard_rows(objs: Sequence[Mapping[str, Any]], *, group: str, shards: int) -> list[list[str]]:
-    """One row per shard Lease: `current` (of the recorded count), `retired`, or `unused`
-    (of another count, not retired: a replica that does not follow the record)."""
+    """One row per shard Lease: `current` (of the recorded count), `retired`, `unused` (of
+    another count, not retired: a replica that does not follow the record), or `own <job>`
+    (a job's own shard Lease, of no count)."""
     current = {shard_lease_name(group, i, shards=shards) for i in range(shards)}
     rows = []
     for obj in sorted(objs, key=lambda o: str(mapping(o.get("metadata")).get("name") or "")):
         name = str(mapping(obj.get("metadata")).get("name") or "")
         record = parse_lease(obj)
-        if retired(lease_annotations(obj)):
+        labels = mapping(mapping(obj.get("metadata")).get("labels"))
+        if labels.get(LABEL_SHARD) == OWN_SHARD:
+            state = f"own {labels.get(LABEL_JOB) or NONE}"
+        elif retired(lease_annotations(obj)):
             state = "retired"
         else:
             state = "current" if name in current else "unused"
@@ -55,8 +66,10 @@ def shard_rows(objs: Sequence[Mapping[str, Any]], *, group: str, shards: int) ->
 
 def describe(state: GroupState, *, group: str) -> str:
     floor = format_tick(state.floor_tick) if state.floor_tick else NONE
+    own = f", jobs on Leases of their own: {len(state.own)}" if state.own else ""
     return (
         f"group {group}: {state.shards} shards, token ceiling {state.ceiling}, floor tick {floor}"
+        f"{own}"
     )
 
 
