@@ -146,7 +146,7 @@ class GroupRecord:
         self._problem: str | None = None
         self._warned_counts: set[int] = set()
         self._subscribers: list[Subscriber] = []
-        self._told = (self._last.shards, self._last.floor_tick, self._last.own)
+        self._told = (self._last.placement, self._last.floor_tick)
         self._mutex = asyncio.Lock()
         self._unwatch = self.lease.view.watch(namespace, self.lease.name, self._changed)
 
@@ -197,7 +197,7 @@ class GroupRecord:
 
     def _changed(self, obj: dict[str, Any] | None) -> None:
         state = self.state
-        told = (state.shards, state.floor_tick, state.own)
+        told = (state.placement, state.floor_tick)
         if told == self._told:
             return
         self._told = told
@@ -238,7 +238,7 @@ class GroupRecord:
                 if await self._create(state):
                     await self._create_shards(state, token=highest)
         state = self.state
-        self._told = (state.shards, state.floor_tick, state.own)
+        self._told = (state.placement, state.floor_tick)
         return state
 
     async def _highest_token_on_record(self) -> int:

@@ -13,7 +13,7 @@ every replica of the group must agree on, in annotations:
   so no instant is claimed on the old shard Leases and again on the new ones.
 - `leasecron.dev/own-leases`: a JSON list of the jobs claimed on a shard Lease of their own
   (`own_lease_name`: a shard of one job, of no count), whatever the count. A job is moved
-  there once (`coordination.groups.move_job`) and stays.
+  there once (`coordination.groups.GroupRecord.move_job`) and stays.
 
 And on a shard Lease, `leasecron.dev/retired`: the shard count it belongs to was replaced;
 no instant is claimed on it any more.
@@ -139,12 +139,6 @@ def shard_ref(group: str, job: str, *, shards: int) -> ShardRef:
 def own_ref(group: str, job: str) -> ShardRef:
     """The shard Lease of `job` once it is claimed on a Lease of its own."""
     return ShardRef(lease=own_lease_name(group, job), shard=-1, shards=0, job=job)
-
-
-def moved(annotations: Mapping[str, object], job: str) -> bool:
-    """Whether a shard Lease says `job` moved to its own Lease: nothing of it is claimed,
-    run or caught up under a claim on this one any more."""
-    return ANNOTATION_MOVED + job in annotations
 
 
 def moved_jobs(annotations: Mapping[str, object]) -> frozenset[str]:

@@ -20,7 +20,6 @@ from leasecron.models.groups import (
     GroupState,
     format_group,
     group_lease_name,
-    moved,
     moved_jobs,
     moved_tick,
     own_ref,
@@ -140,6 +139,5 @@ def test_a_shard_lease_says_which_jobs_moved_from_it_and_the_instant_it_had_clai
         "leasecron.dev/tick": "2026-01-01T12:00:05Z",
     }
     assert moved_jobs(annotations) == {"billing", "mail"}
-    assert moved(annotations, "billing") and not moved(annotations, "other")
     assert moved_tick(annotations, "billing") == T
     assert moved_tick(annotations, "mail") is None
