@@ -37,7 +37,7 @@ from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._services import RecordMode, Services
 from leasecron.runtime._shard_group import ShardGroup
-from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
+from leasecron.runtime._shard_jobs import JobEntry, ShardJobs, staying
 from leasecron.runtime._shard_leases import ShardLocks
 from leasecron.runtime._shard_runs import ShardRuns
 
@@ -222,10 +222,12 @@ class ShardClaims:
                 )
                 await asyncio.gather(claim, *runs)
                 result, due = claim.result(), rest
-            due, moving = self._moved_away(lock, result, due, instant, catch_up)
+            gone = result.moved if isinstance(result, Grant) else _moved(lock)
+            moving = self._moved_away(gone, due, instant, catch_up)
             if isinstance(result, Skipped):
                 # Skips by reason, per job as well as per shard Lease.
-                self._services.skip_all([e.job for e in due], result.reason, tick=instant)
+                skipped = [e.job for e in staying(due, gone)]
+                self._services.skip_all(skipped, result.reason, tick=instant)
             elif isinstance(result, Grant):
                 await self._runs.hold_and_run(lock, ref, result, due, catch_up, settled=settled)
             await asyncio.gather(*moving)
@@ -238,20 +240,19 @@ class ShardClaims:
 
     def _moved_away(
         self,
-        lock: ShardLock,
-        result: Grant | _Outage | Skipped,
+        gone: frozenset[str],
         due: list[JobEntry],
         instant: datetime,
         catch_up: dict[str, bool],
-    ) -> tuple[list[JobEntry], list[asyncio.Task[None]]]:
-        """The jobs due that stay with this claim, and claims of `instant` on their own
-        Leases for those the grant (or the Lease, claimed first) marks moved: the own Lease
-        was made before the record lists them, at or above all claimed for them here."""
-        gone = result.moved if isinstance(result, Grant) else _moved(lock)
+    ) -> list[asyncio.Task[None]]:
+        """Claims of `instant` on their own Leases for the jobs due that the grant (or the
+        Lease, claimed first) marks moved, `gone`: the own Lease was made before the record
+        lists them, at or above all claimed for them here; the claim here runs nothing of
+        them (`staying`)."""
         if not gone or not any(e.job.name in gone for e in due):
-            return due, []
+            return []
         group, loop = self._services.group, asyncio.get_running_loop()
-        moving = [
+        return [
             loop.create_task(
                 self.instant(
                     own_ref(group, e.job.name),
@@ -263,7 +264,6 @@ class ShardClaims:
             for e in due
             if e.job.name in gone
         ]
-        return [e for e in due if e.job.name not in gone], moving
 
     async def _defer_unplaced(self, lease: str, instant: datetime) -> float:
         """Seconds this replica's claim of `instant` of `lease` waited before its work: a

@@ -56,6 +56,12 @@ class JobEntry:
             self.unguarded.popitem(last=False)
 
 
+def staying(entries: Iterable[JobEntry], moved: frozenset[str]) -> list[JobEntry]:
+    """Of `entries`, those a claim on a shard Lease that marks `moved` runs or records: a
+    moved job is claimed on its own Lease (`models.groups.own_ref`), nothing of it here."""
+    return [e for e in entries if e.job.name not in moved]
+
+
 @dataclass
 class _ShardIndex:
     placement: Placement

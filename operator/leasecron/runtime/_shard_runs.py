@@ -36,7 +36,7 @@ from leasecron.runtime._planning import (
 )
 from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
 from leasecron.runtime._shard_group import ShardGroup
-from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
+from leasecron.runtime._shard_jobs import JobEntry, ShardJobs, staying
 from leasecron.runtime._shard_leases import RetiredShards
 from leasecron.runtime._shardfences import RunFence, run_fence
 from leasecron.runtime._timeouts import stop_grace
@@ -79,14 +79,9 @@ class ShardRuns:
             if settled is not None and not settled.done():
                 settled.set_result(None)
             state = self._group.state()
-            if grant.moved:  # claimed on their own Leases now: nothing of theirs here
-                due = [e for e in due if e.job.name not in grant.moved]
             chosen = set(due)  # a set: a shard may hold thousands of jobs
-            others = [
-                e
-                for e in self._jobs.of_shard(ref, state)
-                if e not in chosen and e.job.name not in grant.moved
-            ]
+            others = [e for e in self._jobs.of_shard(ref, state) if e not in chosen]
+            due, others = staying(due, grant.moved), staying(others, grant.moved)
             marks = await _first_claim_marks(
                 services, grant, [*due, *others], floor=state.floor_tick
             )
