@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -26,12 +26,14 @@ from leasecron.coordination import (
 )
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import NotFound
+from leasecron.kube.leases import LeaseStore
 from leasecron.kube.transports import Request, Send
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import FakeClock
 from leasecron.models.configs import LockConfig
-from leasecron.models.leases import parse_lease
-from leasecron.models.names import ANNOTATION_TICK
+from leasecron.models.leases import LeaseRecord, lease_body, parse_lease
+from leasecron.models.names import ANNOTATION_TICK, LABEL_ROLE
+from leasecron.models.vocabulary import LEGACY_GUARD
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -100,7 +102,31 @@ def test_a_claim_writes_the_lease_like_client_go_with_token_and_tick(
     assert obj["spec"]["leaseDurationSeconds"] == 2
     assert obj["spec"]["leaseTransitions"] == 1
     assert obj["metadata"]["annotations"][ANNOTATION_TICK] == "2026-01-01T12:00:00Z"
-    assert obj["metadata"]["labels"]["leasecron.dev/role"] == "guard"
+    assert obj["metadata"]["labels"]["leasecron.dev/role"] == "shard"
+
+
+def test_a_tick_lock_continues_a_lease_an_earlier_version_labelled_guard(
+    kube_api: ApiClient, namespace: str
+) -> None:
+    """Earlier versions labelled a tick lock's Lease `guard`: the process's view still holds
+    it (its tick is taken, its token continued), and the next claim labels it `shard`."""
+    now = datetime.now(UTC)  # released by its holder: free to claim after TICK
+    record = LeaseRecord(name=LEASE, namespace=namespace, holder="", lease_duration_s=2)
+    record = replace(record, acquire_time=now, renew_time=now, transitions=5, tick=TICK)
+    body = lease_body(record, labels={LABEL_ROLE: LEGACY_GUARD})
+    kube = Kube(kube_api, max_workers=1)
+    kube.request_sync("POST", LeaseStore(kube).collection_path(namespace=namespace), body=body)
+
+    async def scenario() -> tuple[Grant | None, Grant | None]:
+        async with replicas(kube_api, namespace, 1) as (one,):
+            assert await one.sees(namespace, lambda obj: True)
+            taken = await one.lock(namespace).claim(TICK)
+            return taken, await one.lock(namespace).claim(TICK + timedelta(minutes=1))
+
+    taken, grant = run(scenario)
+    assert taken is None
+    assert grant is not None and grant.token == 6
+    assert lease_obj(kube_api, namespace, LEASE)["metadata"]["labels"][LABEL_ROLE] == "shard"
 
 
 def _spec_or_none(api: ApiClient, namespace: str) -> dict[str, Any] | None:

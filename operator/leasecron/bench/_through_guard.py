@@ -27,7 +27,7 @@ from leasecron.bench._drivers import ReplicaIO
 from leasecron.bench._through_coordination import StandbyMeter
 from leasecron.bench._through_runtime import BENCH_GROUP, requests_by_kind, writes_by_resource
 from leasecron.coordination import lease_informer
-from leasecron.coordination.resourcelocks import ROLE_GUARD, ROLE_SHARD
+from leasecron.coordination.resourcelocks import ROLE_SHARD
 from leasecron.kube.clients import Kube
 from leasecron.kube.transports import Request, Send
 from leasecron.models.names import LABEL_ROLE
@@ -73,9 +73,8 @@ async def guards(args: argparse.Namespace, io: ReplicaIO) -> None:
     lease = own_lease_name(BENCH_GROUP, args.job) if args.job else LEASE_PREFIX + GUARD_NAME
     counted = LeaseRequests(kube, lease)
     meter = StandbyMeter(args.identity, {lease: counted})
-    role = ROLE_SHARD if args.job else ROLE_GUARD
     informer = lease_informer(
-        watcher, namespace=args.namespace, label_selector=f"{LABEL_ROLE}={role}"
+        watcher, namespace=args.namespace, label_selector=f"{LABEL_ROLE}={ROLE_SHARD}"
     )
     informer.subscribe(meter.on_event)
     await informer.start()

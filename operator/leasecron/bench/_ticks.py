@@ -79,12 +79,12 @@ def _argv(run: BenchRun, name: str, members: list[str], options: dict[str, Any])
 
 
 def _free_job_leases(namespace: str, jobs: int) -> list[dict[str, Any]]:
-    """Free Leases of the jobs' own TickLocks (role `guard`, as a TickLock writes it), so the
+    """Free Leases of the jobs' own TickLocks (role `shard`, as a TickLock writes it), so the
     first tick is claimed like every other one (an update, not a race of creates)."""
     return [
         lease_body(
             LeaseRecord(name=job_lease_name(bench_job(index)), namespace=namespace),
-            labels=default_labels(Role.GUARD),
+            labels=default_labels(Role.SHARD),
         )
         for index in range(jobs)
     ]

@@ -105,7 +105,7 @@ class JobRules:
     identity and token; a claim never replaces a live grant of ours (a job never overlaps
     itself); only the Lease's recorded tick says a tick is taken."""
 
-    role = Role.GUARD
+    role = Role.SHARD
 
     def lost_reason(self, lock: TickLock, record: LeaseRecord | None, grant: Grant) -> str | None:
         return lost_reason(record, identity=lock.identity, token=grant.token)

@@ -23,18 +23,16 @@ from leasecron.models.decisions import Observation
 from leasecron.models.groups import ROLE_GROUP
 from leasecron.models.leases import LeaseRecord, lease_body, with_annotations
 from leasecron.models.names import LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
-from leasecron.models.vocabulary import LEGACY_JOB, Role
+from leasecron.models.vocabulary import LEGACY_GUARD, LEGACY_JOB, Role
 
 ROLE_LEADER = Role.LEADER
 ROLE_SHARD = Role.SHARD
-ROLE_GUARD = Role.GUARD
-"""A tick lock's own Lease (`TickLock`; a `runtime.Guard`'s): the operator reads a job guard's
-(labelled with its job) for the job's `status.holder` only."""
 LEASE_SELECTOR = (
-    f"{LABEL_ROLE} in ({ROLE_LEADER},{ROLE_SHARD},{ROLE_GUARD},{ROLE_GROUP},{LEGACY_JOB})"
+    f"{LABEL_ROLE} in ({ROLE_LEADER},{ROLE_SHARD},{LEGACY_GUARD},{ROLE_GROUP},{LEGACY_JOB})"
 )
 """The label selector of the Leases a process watches for its locks and electors: every role
-but members and floors (with the elections earlier versions labelled `job`)."""
+but members and floors (with the elections and guard locks earlier versions labelled `job`
+and `guard`)."""
 
 
 class LeaseStoreLike(Protocol):

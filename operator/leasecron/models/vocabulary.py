@@ -25,9 +25,9 @@ class Role(StrEnum):
     (`leasecron-job-<name>`, labelled `leasecron.dev/job`), the operator's (labelled
     `app.kubernetes.io/component=operator`), or an `Elector` used directly."""
     SHARD = "shard"
-    """One shard of a group's once-per-tick jobs: its recorded tick is the shard's mark."""
-    GUARD = "guard"
-    """A tick lock on a Lease of its own: a guard's (`leasecron-guard-<name>`)."""
+    """A tick lock, one claim per instant, its recorded tick the mark: a shard of a group's
+    once-per-tick jobs (labelled `leasecron.dev/group`), a job's own shard, or a lock of no
+    group (a plain guard's `leasecron-guard-<name>`, a `TickLock` used directly)."""
     GROUP = "group"
     """A group's record: its shard count, token ceiling and floor tick."""
     MEMBER = "member"
@@ -38,11 +38,14 @@ class Role(StrEnum):
 
 LEGACY_JOB = "job"
 """The role earlier versions wrote on a job's election Lease (now `leader`)."""
+LEGACY_GUARD = "guard"
+"""The role earlier versions wrote on a guard's tick lock (now `shard`); on a `job=` guard's,
+labelled `leasecron.dev/job`, the operator still reads its holder."""
 LEGACY_OPERATOR = "operator"
 """The role earlier versions wrote on the operator's election Lease (now `leader`, with
 `app.kubernetes.io/component=operator`)."""
 LEGACY_ROLES: Mapping[str, Role] = MappingProxyType(
-    {LEGACY_JOB: Role.LEADER, LEGACY_OPERATOR: Role.LEADER}
+    {LEGACY_JOB: Role.LEADER, LEGACY_OPERATOR: Role.LEADER, LEGACY_GUARD: Role.SHARD}
 )
 """Values earlier versions wrote, read as the role they are now; nothing writes them."""
 COMPONENT_OPERATOR = "operator"
@@ -110,6 +113,7 @@ class SkipReason(StrEnum):
 
 __all__ = [
     "COMPONENT_OPERATOR",
+    "LEGACY_GUARD",
     "LEGACY_JOB",
     "LEGACY_OPERATOR",
     "LEGACY_ROLES",

@@ -157,10 +157,10 @@ class Snapshot:
     `shard_lease` (the group record's shard count places the job on it), whose tick
     annotation is the high-water mark of the instants claimed on it. `floor_tick` is the
     group record's floor: instants at or before it were taken on the shard Leases of an
-    earlier count. `guard_grants` are the Leases of the job's `job=` guards (role `guard`,
-    labelled with the job). `members` are the member Leases of the job's group in its
-    namespace, live or not. `now` is wall time (ticks), `now_mono` the local monotonic clock
-    (expiry).
+    earlier count. `guard_grants` are the Leases of the job's `job=` guards of earlier
+    versions (role `guard`, labelled with the job). `members` are the member Leases of the
+    job's group in its namespace, live or not. `now` is wall time (ticks), `now_mono` the
+    local monotonic clock (expiry).
     """
 
     job_lease: Observation | None

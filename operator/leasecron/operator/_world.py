@@ -26,7 +26,6 @@ from datetime import datetime
 from typing import Any
 
 from leasecron.coordination.members import ROLE_MEMBER
-from leasecron.coordination.resourcelocks import ROLE_GUARD
 from leasecron.kube.clients import Kube, collection_path
 from leasecron.kube.leases import LeaseStore
 from leasecron.kube.watches import Informer, WatchEvent
@@ -50,7 +49,7 @@ from leasecron.models.names import (
     job_lease_name,
 )
 from leasecron.models.specs import job_label_value
-from leasecron.models.vocabulary import Role, role_of
+from leasecron.models.vocabulary import LEGACY_GUARD, Role, role_of
 from leasecron.operator._facts import Invalid, JobFacts, read_job
 from leasecron.operator._observed import (
     Member,
@@ -265,35 +264,39 @@ class World:
         namespace, name = _key(event.obj)
         labels = _labels(event.obj)
         role, group = role_of(labels), str(labels.get(LABEL_GROUP) or "")
-        if role == ROLE_MEMBER:
+        if labels.get(LABEL_ROLE) == LEGACY_GUARD:
+            self._guard_event(event, namespace, name, str(labels.get(LABEL_JOB) or ""))
+        elif role == ROLE_MEMBER:
             members = self._member_index[(namespace, group)]
             if event.type == "DELETED":
                 members.pop(name, None)
             else:
                 members[name] = member_from_lease(event.obj, observed_at=event.observed_at)
             self._dirty_group(namespace, group)
-        elif role in (ROLE_GROUP, ROLE_SHARD) and not group:
+        elif role == ROLE_GROUP and not group:
             self._dirty_all()
         elif role == ROLE_GROUP:
             self._dirty_group(namespace, group)
-        elif role == ROLE_SHARD:
+        elif role == ROLE_SHARD and group:  # with no group: a plain guard's, no job's
             self._dirty_shard(namespace, group, name)
-        elif role == ROLE_GUARD:
-            label = str(labels.get(LABEL_JOB) or "")
-            guards = self._guard_index[(namespace, label)]
-            if event.type == "DELETED":
-                guards.discard(name)
-            else:
-                guards.add(name)
-            job = self._by_label.get((namespace, label))
-            if job is not None:
-                self._on_dirty((namespace, job))
-        else:
+        elif role != ROLE_SHARD:
             job = self._by_label.get((namespace, str(labels.get(LABEL_JOB) or "")))
             if event.type == "DELETED" and role == ROLE_LEADER:
                 self._lease_gone(namespace, job, event.obj)
             if job is not None and job_lease_name(job) == name:
                 self._on_dirty((namespace, job))
+
+    def _guard_event(self, event: WatchEvent, namespace: str, name: str, label: str) -> None:
+        """A guard lock of an earlier version (labelled `guard`; a `job=` guard's with its
+        job): the job's `status.holder` reads it."""
+        guards = self._guard_index[(namespace, label)]
+        if event.type == "DELETED":
+            guards.discard(name)
+        else:
+            guards.add(name)
+        job = self._by_label.get((namespace, label))
+        if job is not None:
+            self._on_dirty((namespace, job))
 
     def _dirty_shard(self, namespace: str, group: str, lease: str) -> None:
         """Mark the jobs placed on shard Lease `lease` (all of the group's until placed)."""

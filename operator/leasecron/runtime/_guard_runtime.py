@@ -36,7 +36,7 @@ from typing import Any
 
 from leasecron._logs import get_logger
 from leasecron.coordination import BackgroundLoop, GroupRecord, TickLock, lease_informer
-from leasecron.coordination.resourcelocks import ROLE_GUARD, ROLE_SHARD
+from leasecron.coordination.resourcelocks import ROLE_SHARD
 from leasecron.coordination.shards import ShardRules, shard_labels
 from leasecron.kube.clients import Kube
 from leasecron.kube.jobruns import JobRunStore, ScheduledJobStore
@@ -46,6 +46,7 @@ from leasecron.models.configs import LockConfig
 from leasecron.models.groups import ROLE_GROUP, own_ref
 from leasecron.models.names import LABEL_ROLE
 from leasecron.models.shards import DEFAULT_SHARDS
+from leasecron.models.vocabulary import LEGACY_GUARD
 from leasecron.runtime._guard_marks import GuardMarks
 from leasecron.runtime._guard_members import GuardMembers
 from leasecron.runtime._guard_runs import GuardRun
@@ -54,8 +55,9 @@ from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._records import Recorder
 
 _log = get_logger("leasecron.runtime.guards")
-GUARD_SELECTOR = f"{LABEL_ROLE} in ({ROLE_GUARD},{ROLE_SHARD},{ROLE_GROUP})"
-"""The Leases a guard claims on or follows: plain guards', shard Leases, group records."""
+GUARD_SELECTOR = f"{LABEL_ROLE} in ({ROLE_SHARD},{ROLE_GROUP},{LEGACY_GUARD})"
+"""The Leases a guard claims on or follows: tick locks (plain guards', shard Leases, and
+guard locks earlier versions labelled `guard`), group records."""
 START_TIMEOUT = 10.0
 """Seconds a call waits for a cache to start before it skips (store_unavailable)."""
 CLOSE_TIMEOUT = 10.0

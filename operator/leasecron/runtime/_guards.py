@@ -26,12 +26,12 @@ sync body). Plain hooks run on the hooks' own thread, never in the caller's.
 Promises (the per-tick promises of a once-per-tick ScheduledJob, docs/design.md §5):
 
 - **At most one body per tick across replicas** while the Lease protocol holds: every claim
-  is `coordination.TickLock.try_claim` on the guard's Lease `leasecron-guard-<name>` (role
-  `guard`), which keeps the claimed tick's high-water mark, so a replica whose clock runs late,
-  or whose trigger fires after another replica ran the tick, skips it (`taken`). Conditional
-  writes only; a lost reply is read back; an orphan grant is adopted or freed. A replica that
-  sees the tick claimed (the Lease cache is watch-fed) sends nothing: `stagger` spreads the
-  replicas' claims at random so that usually one writes.
+  is `coordination.TickLock.try_claim` on the guard's Lease `leasecron-guard-<name>` (a
+  tick lock of no group, role `shard`), which keeps the claimed tick's high-water mark, so a
+  replica whose clock runs late, or whose trigger fires after another replica ran the tick,
+  skips it (`taken`). Conditional writes only; a lost reply is read back; an orphan grant is
+  adopted or freed. A replica that sees the tick claimed (the Lease cache is watch-fed) sends
+  nothing: `stagger` spreads the replicas' claims at random so that usually one writes.
 - **Fencing**: `run.token` is the grant's token and never decreases while the Lease exists; a
   `job=` guard's Lease is created above the highest token the job ever had on record.
 - **The tick**: the caller's fire time when known (`claim(tick=...)`, or the `tick=`

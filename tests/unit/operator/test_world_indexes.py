@@ -191,3 +191,19 @@ def test_a_group_record_marks_every_job_of_its_group() -> None:
     marked.clear()
     cache._lease_event(event("MODIFIED", group_record(4)))
     assert marked == [("billing", "a")]
+
+
+def test_a_plain_guards_tick_lock_marks_no_job_and_an_earlier_job_guards_marks_its_job() -> None:
+    """A plain guard's Lease is a tick lock of no group (role `shard`, no group label): no
+    job's status reads it, so its claims, one a tick, mark nothing. Earlier versions' `job=`
+    guards labelled theirs `guard` with the job: its holder is still the job's."""
+    cache, marked = world()
+    cache.upsert_job(job_object("a"))
+    cache.upsert_job(job_object("b"))
+    marked.clear()
+    plain = lease("leasecron-guard-cleanup", **{"leasecron.dev/role": "shard"})
+    cache._lease_event(event("MODIFIED", plain))
+    assert marked == []
+    legacy = lease("leasecron-guard-a", **{"leasecron.dev/role": "guard", "leasecron.dev/job": "a"})
+    cache._lease_event(event("MODIFIED", legacy))
+    assert marked == [("billing", "a")]
