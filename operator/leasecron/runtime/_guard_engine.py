@@ -31,7 +31,7 @@
    Missed, its grant released, skip `deadline`).
 
 `finish()` stops the keep-alive and the atMostFor watch, counts the run in RUNS, ends its
-span and tells the run hooks (`_guard_observe`), writes the JobRun's outcome (Succeeded,
+span and tells the run hooks (`_observe`), writes the JobRun's outcome (Succeeded,
 Failed with the error, LostLock when the grant was lost or expired first), then releases the
 grant (atLeastFor honoured).
 Every skip is counted once in SKIPS (here or by the TickLock) and told to the hooks there.
@@ -63,7 +63,6 @@ from leasecron.models.groups import GroupRecordError
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob, SpecError
 from leasecron.models.vocabulary import SkipReason
-from leasecron.runtime import _guard_observe
 from leasecron.runtime._guard_runs import (
     REASON_ERROR,
     REASON_NO_JOB,
@@ -81,6 +80,7 @@ from leasecron.runtime._guard_settings import (
     whole_second,
 )
 from leasecron.runtime._hooks import RunHooks
+from leasecron.runtime._observe import observe_end, observe_skip
 from leasecron.runtime._records import Recorder, describe_error
 from leasecron.runtime._services import MISSED_LATE
 from leasecron.runtime._shardfences import RunFence
@@ -129,7 +129,7 @@ class Engine:
         run = GuardRun(
             guard=s.name, namespace=s.namespace, tick=tick, reason=reason, holder=holder, job=s.job
         )
-        _guard_observe.skipped(self.hooks, run, identity=s.identity)
+        observe_skip(self.hooks, run.observed(holder=s.identity), reason=reason)
         return run
 
     async def claim(self, *, fired: datetime | None, now: datetime, snap: bool) -> GuardRun:
@@ -374,8 +374,14 @@ class Engine:
             _log.info("guarded body finished", holder=grant.holder, duration=duration, **fields)
         else:
             _log.warning("guarded body ended", outcome=outcome.value, message=message, **fields)
-        _guard_observe.ended(
-            self.hooks, run, outcome=outcome, message=message, error=error, duration=duration
+        observe_end(
+            self.hooks,
+            run.observed(),
+            run.span,
+            outcome=outcome,
+            message=message,
+            error=error,
+            duration=duration,
         )
         if run.jobrun is not None:
             await self._write_outcome(run, outcome, message)

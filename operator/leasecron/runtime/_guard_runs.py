@@ -23,8 +23,9 @@ from typing import Generic, TypeVar
 from leasecron.coordination import Grant, KeepAlive, LostEvent, LostLockError
 from leasecron.coordination.grants import Fence
 from leasecron.models.names import format_tick
-from leasecron.models.specs import JobRun
+from leasecron.models.specs import Bucket, JobRun
 from leasecron.models.vocabulary import SkipReason
+from leasecron.runtime._observe import Observed
 from leasecron.runtime._tracing import RunSpan
 
 T = TypeVar("T")
@@ -93,6 +94,15 @@ class GuardRun:
     @property
     def token(self) -> int | None:
         return self.grant.token if self.grant is not None else None
+
+    def observed(self, *, holder: str | None = None) -> Observed:
+        """What this run's events and span carry (`runtime._observe`): its job is the
+        ScheduledJob of a `job=` guard, else the guard's name (the name its metrics carry);
+        once-per-tick, the guard's promise; `holder` for a skip: this replica's identity."""
+        job = self.job or self.guard
+        return Observed(
+            job, self.namespace, self.tick, holder or self.holder, Bucket.ONCE_PER_TICK, self.token
+        )
 
     @property
     def held(self) -> bool:

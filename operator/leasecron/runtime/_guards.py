@@ -16,7 +16,7 @@ replica's trigger and let a lock decide who runs each tick (ShedLock's answer)::
 
 Inside a guarded body `current_run()` is the run (token, tick, held, assert_held, lost).
 
-Observed like a Scheduler's runs (`_guard_observe`): `Guard(hooks=[fn])` and the decorators
+Observed like a Scheduler's runs (`_observe`): `Guard(hooks=[fn])` and the decorators
 `on_start`, `on_success`, `on_failure`, `on_skip` get `RunEvent`s (started when the body
 starts, succeeded/failed when it ended, `error` the body's exception, skipped with the reason
 of every tick this replica did not run), and each run is a span `leasecron.run <job>`, a
@@ -87,7 +87,6 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.servertime import ServerTime
 from leasecron.models.clocks import SYSTEM_CLOCK, Clock, OffsetClock, SystemClock
 from leasecron.models.configs import DurationLike
-from leasecron.runtime import _guard_observe
 from leasecron.runtime._environment import default_namespace, resolve_identity
 from leasecron.runtime._guard_engine import Engine
 from leasecron.runtime._guard_runs import GuardResult, GuardRun, enter, leave
@@ -100,6 +99,7 @@ from leasecron.runtime._guard_settings import (
     fire_time,
 )
 from leasecron.runtime._hooks import HookDecorators, RunHook, RunHooks
+from leasecron.runtime._observe import observe_start
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -228,7 +228,7 @@ class Guard(HookDecorators):
         if engine.late(run):  # checked in this thread, where the body would start
             run = loop.run(engine.missed(run))
         if run:
-            _guard_observe.started(self.hooks, run, loop=loop.loop)
+            run.span = observe_start(self.hooks, run.observed(), parent="caller", loop=loop.loop)
         return run
 
     def finish_sync(self, run: GuardRun, *, error: BaseException | None = None) -> None:
@@ -248,7 +248,7 @@ class Guard(HookDecorators):
         if engine.late(run):
             run = await engine.missed(run)
         if run:
-            _guard_observe.started(self.hooks, run)
+            run.span = observe_start(self.hooks, run.observed(), parent="caller")
         return run
 
     async def finish_async(self, run: GuardRun, *, error: BaseException | None = None) -> None:

@@ -1,11 +1,20 @@
-"""`RunObserver`: where a run's hooks and its span meet the runtime's run path. The dispatch
-(`Services`) calls it at three points: the moment a handler is called (`calling`, in the
-handler's task or pool thread: the span starts and becomes current, `started` is emitted),
-the moment the outcome is known (`ended`: the span ends, `succeeded`/`failed` is emitted),
-and every skip (`skipped`, from `Services.skip`, the one place skips are counted).
+"""Where a run's hooks and its span meet the run path, for every run: a Scheduler's and a
+guard's. Three points: the moment a body starts (`observe_start`: the span starts, `started`
+is emitted), the moment the outcome is known (`observe_end`: the span ends, `succeeded` or
+`failed` is emitted with the outcome, message, error and duration), and every skip
+(`observe_skip`, from the one place each skip is counted). `Observed` is what a run's events
+and span carry: its job (a guard's: its ScheduledJob, else the guard's name), namespace,
+tick, holder, bucket and token.
+
+`RunObserver` is a Scheduler's: the dispatch (`Services`) calls it where a handler is called
+(`calling`, in the handler's task or pool thread: the span becomes current), where the run
+ended (`ended`) and from `Services.skip`. A guard's front end and engine call the functions
+themselves (`GuardRun.observed`): its span starts under the caller's context, since a guard
+runs inside someone else's scheduler, request or span.
 
 Owns no policy of its own: what hooks receive is `_hooks`, what a span carries `_tracing`.
-Nothing here may fail a run: an error of the observation itself is logged and swallowed.
+Nothing here may fail a run or a skip: an error of the observation itself is logged and
+swallowed.
 """
 
 from __future__ import annotations
@@ -15,16 +24,91 @@ import contextlib
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 
 from leasecron._logs import get_logger
-from leasecron.models.specs import Outcome, ScheduledJob
+from leasecron.models.specs import Bucket, Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._hooks import RunEvent, RunEventKind, RunHooks, kind_of
 from leasecron.runtime._invoke import HandlerEnd
-from leasecron.runtime._tracing import RunSpan
+from leasecron.runtime._tracing import Parent, RunSpan
 
 _log = get_logger("leasecron.runtime.hooks")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the events and the span of one run (or skipped tick) carry."""
+
+    job: str
+    namespace: str
+    tick: datetime | None
+    holder: str
+    bucket: Bucket
+    token: int | None = None
+
+    @classmethod
+    def of(cls, ctx: JobContext) -> Observed:
+        return cls(ctx.job, ctx.namespace, ctx.tick, ctx.holder, ctx.bucket, ctx.token)
+
+
+def observe_start(
+    hooks: RunHooks,
+    run: Observed,
+    *,
+    parent: Parent | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> RunSpan:
+    """`run`'s body starts now: its span (started under `parent`, `RunSpan.start`; the caller
+    makes it current), and `started` emitted (coroutine hooks on `loop`)."""
+    span = RunSpan(None)
+    try:
+        span = RunSpan.start(
+            job=run.job,
+            namespace=run.namespace,
+            tick=run.tick,  # type: ignore[arg-type]  # a run has its tick
+            token=run.token,
+            holder=run.holder,
+            bucket=run.bucket,
+            parent=parent,
+        )
+        if hooks.wants(RunEventKind.STARTED):
+            hooks.emit(_event(run, RunEventKind.STARTED), loop=loop)
+    except Exception as e:
+        _log.warning("run start not observed", job=run.job, error=repr(e))
+    return span
+
+
+def observe_end(
+    hooks: RunHooks,
+    run: Observed,
+    span: RunSpan,
+    *,
+    outcome: Outcome,
+    message: str,
+    error: BaseException | None,
+    duration: float | None,
+) -> None:
+    """`run` ended with `outcome`: its span ends, `succeeded` or `failed` is emitted."""
+    try:
+        span.end(outcome=outcome, message=message, error=error)
+        kind = kind_of(outcome)
+        if hooks.wants(kind):
+            hooks.emit(
+                _event(run, kind, outcome=outcome, message=message, error=error, duration=duration)
+            )
+    except Exception as e:
+        _log.warning("run end not observed", job=run.job, error=repr(e))
+
+
+def observe_skip(hooks: RunHooks, run: Observed, *, reason: str) -> None:
+    """This replica (`run.holder`) does not run `run.tick`, for `reason`: no span."""
+    try:
+        if hooks.wants(RunEventKind.SKIPPED):
+            hooks.emit(_event(run, RunEventKind.SKIPPED, reason=reason))
+    except Exception as e:
+        _log.warning("skip not observed", job=run.job, error=repr(e))
 
 
 class RunObserver:
@@ -40,20 +124,7 @@ class RunObserver:
 
         @contextlib.contextmanager
         def call() -> Iterator[None]:
-            span = RunSpan(None)
-            try:
-                span = self._spans[ctx] = RunSpan.start(
-                    job=ctx.job,
-                    namespace=ctx.namespace,
-                    tick=ctx.tick,
-                    token=ctx.token,
-                    holder=ctx.holder,
-                    bucket=ctx.bucket,
-                )
-                if self.hooks.wants(RunEventKind.STARTED):
-                    self.hooks.emit(_event(ctx, RunEventKind.STARTED), loop=loop)
-            except Exception as e:
-                _log.warning("run start not observed", job=ctx.job, error=repr(e))
+            span = self._spans[ctx] = observe_start(self.hooks, Observed.of(ctx), loop=loop)
             with span.current():
                 yield
 
@@ -61,23 +132,16 @@ class RunObserver:
 
     def ended(self, ctx: JobContext, end: HandlerEnd, outcome: Outcome, message: str) -> None:
         """The run of `ctx` ended with `outcome` (from the loop)."""
-        try:
-            span = self._spans.pop(ctx, None)
-            if span is not None:
-                span.end(outcome=outcome, message=message, error=end.error)
-            kind = kind_of(outcome)
-            if self.hooks.wants(kind):
-                event = _event(
-                    ctx,
-                    kind,
-                    outcome=outcome,
-                    message=message,
-                    error=end.error,
-                    duration=end.duration,
-                )
-                self.hooks.emit(event)
-        except Exception as e:
-            _log.warning("run end not observed", job=ctx.job, error=repr(e))
+        span = self._spans.pop(ctx, None) or RunSpan(None)
+        observe_end(
+            self.hooks,
+            Observed.of(ctx),
+            span,
+            outcome=outcome,
+            message=message,
+            error=end.error,
+            duration=end.duration,
+        )
 
     def skipped(
         self,
@@ -89,39 +153,31 @@ class RunObserver:
         tick: datetime | None,
     ) -> None:
         """This replica did not run `tick` of `job`, for `reason`."""
-        if not self.hooks.wants(RunEventKind.SKIPPED):
-            return
-        event = RunEvent(
-            kind=RunEventKind.SKIPPED,
-            job=job.name,
-            namespace=namespace,
-            tick=tick,
-            holder=holder,
-            bucket=job.spec.bucket,
-            reason=reason,
-        )
-        self.hooks.emit(event)
+        observed = Observed(job.name, namespace, tick, holder, job.spec.bucket)
+        observe_skip(self.hooks, observed, reason=reason)
 
 
 def _event(
-    ctx: JobContext,
+    run: Observed,
     kind: RunEventKind,
     *,
     outcome: Outcome | None = None,
     message: str = "",
     error: BaseException | None = None,
     duration: float | None = None,
+    reason: str | None = None,
 ) -> RunEvent:
     return RunEvent(
         kind=kind,
-        job=ctx.job,
-        namespace=ctx.namespace,
-        tick=ctx.tick,
-        holder=ctx.holder,
-        bucket=ctx.bucket,
-        token=ctx.token,
+        job=run.job,
+        namespace=run.namespace,
+        tick=run.tick,
+        holder=run.holder,
+        bucket=run.bucket,
+        token=run.token,
         outcome=outcome,
         message=message,
         error=error,
         duration=duration,
+        reason=reason,
     )

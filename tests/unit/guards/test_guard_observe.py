@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -18,9 +19,9 @@ from leasecron.coordination import Grant, ReleaseResult
 from leasecron.models.clocks import FakeClock
 from leasecron.models.specs import Bucket, Outcome
 from leasecron.runtime import RunEvent, RunEventKind
-from leasecron.runtime._guard_observe import ended, skipped, started
 from leasecron.runtime._guard_runs import GuardRun
 from leasecron.runtime._hooks import RunHooks
+from leasecron.runtime._observe import observe_end, observe_skip, observe_start
 
 TICK = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -57,6 +58,16 @@ def held_run(*, job: str | None = None) -> GuardRun:
         clock=clock,
     )
     return GuardRun(guard="g", namespace="ns", tick=TICK, grant=grant, job=job)
+
+
+def started(hooks: RunHooks, run: GuardRun) -> None:
+    """As a guard's front end starts a held run's body."""
+    run.span = observe_start(hooks, run.observed(), parent="caller")
+
+
+def ended(hooks: RunHooks, run: GuardRun, **outcome: Any) -> None:
+    """As a guard's engine ends it."""
+    observe_end(hooks, run.observed(), run.span, **outcome)
 
 
 def named(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
@@ -125,7 +136,7 @@ def test_a_skip_tells_the_reason_and_this_replicas_identity_and_makes_no_span(
     hooks, heard = RunHooks(), Heard()
     hooks.add(heard)
     run = GuardRun(guard="g", namespace="ns", tick=TICK, reason="taken", holder="replica-1")
-    skipped(hooks, run, identity="replica-2")
+    observe_skip(hooks, run.observed(holder="replica-2"), reason=run.reason)
     assert hooks.flush(timeout=5)
     [event] = heard.events
     assert (event.kind, event.reason, event.holder) == (RunEventKind.SKIPPED, "taken", "replica-2")
