@@ -39,6 +39,7 @@ from leasecron.runtime._records import Recorder
 from leasecron.runtime._registry import HandlerRegistry
 from leasecron.runtime._requests import RequestPickup, job_lookup
 from leasecron.runtime._services import Services, Tuning
+from leasecron.runtime._tracing import warm
 
 _log = get_logger("leasecron.runtime")
 Ready = Callable[[BaseException | None], None]
@@ -236,6 +237,7 @@ class Runtime:
     ) -> bool:
         """Start the caches and the member Lease, retrying while the API server cannot be
         reached (`ready` hears of the first failure); False when a stop came first."""
+        warm()  # the tracing import, before the first tick rather than on its start path
         delays = backoff_delays(first=0.5, cap=10.0)
         reported = False
         steps = (services.lease_cache.start, services.membership.start, jobs_informer.start)

@@ -53,6 +53,7 @@ from leasecron.runtime._guard_runs import GuardRun
 from leasecron.runtime._guard_settings import GuardSettings
 from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._records import Recorder
+from leasecron.runtime._tracing import warm
 
 _log = get_logger("leasecron.runtime.guards")
 GUARD_SELECTOR = f"{LABEL_ROLE} in ({ROLE_SHARD},{ROLE_GROUP},{LEGACY_GUARD})"
@@ -108,6 +109,7 @@ class GuardRuntime:
         async with lock:
             cache = caches.get(key)
             if cache is None:
+                warm()  # the tracing import, while the first claim starts the caches
                 cache = make()
                 await asyncio.wait_for(cache.start(), START_TIMEOUT)
                 caches[key] = cache

@@ -52,6 +52,12 @@ def tracer() -> Tracer | None:
     return trace.get_tracer("leasecron", __version__)
 
 
+def warm() -> None:
+    """Import the API now, if installed (tens of milliseconds, once per process): at start-up,
+    not on the start path of the first run."""
+    tracer()
+
+
 def _provided() -> bool:
     """Whether the application set a tracer provider: without one every span is a no-op, and
     a run does not make one (a few microseconds a run, on the start path)."""
