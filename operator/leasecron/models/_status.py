@@ -78,14 +78,3 @@ class ScheduledJobStatus(RecordModel):
     def condition(self, type_: str) -> Condition | None:
         """The condition of that type, if set."""
         return next((c for c in self.conditions if c.type == type_), None)
-
-    def with_condition(self, condition: Condition) -> ScheduledJobStatus:
-        """A copy with `condition` replacing the one of its type. As in the Kubernetes
-        helpers, lastTransitionTime is kept when the status did not change."""
-        current = self.condition(condition.type)
-        if current is not None and current.status == condition.status:
-            condition = condition.model_copy(
-                update={"last_transition_time": current.last_transition_time}
-            )
-        others = tuple(c for c in self.conditions if c.type != condition.type)
-        return self.model_copy(update={"conditions": (*others, condition)})

@@ -11,10 +11,8 @@ stored as `timedelta`. It does not decide anything about Leases; `decisions` doe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from leasecron.models.durations import DurationError, format_duration, parse_duration
 from leasecron.models.leases import whole_seconds
@@ -99,15 +97,6 @@ class LockConfig:
         """Keep-alive renews every atMostFor / 3."""
         return self.at_most_for.total_seconds() / 3
 
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> LockConfig:
-        """From the ScheduledJob's `lock` block (`atMostFor`, `atLeastFor`, `keepAlive`)."""
-        return cls(
-            at_most_for=to_timedelta("atMostFor", spec.get("atMostFor", "15m")),
-            at_least_for=to_timedelta("atLeastFor", spec.get("atLeastFor", 0)),
-            keep_alive=bool(spec.get("keepAlive", True)),
-        )
-
 
 @dataclass(frozen=True, init=False)
 class ElectionConfig:
@@ -155,12 +144,3 @@ class ElectionConfig:
     def lease_duration_s(self) -> int:
         """leaseDuration as leaseDurationSeconds (whole seconds, rounded up)."""
         return whole_seconds(self.lease_duration.total_seconds())
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> ElectionConfig:
-        """From the ScheduledJob's `election` block."""
-        return cls(
-            lease_duration=to_timedelta("leaseDuration", spec.get("leaseDuration", "15s")),
-            renew_deadline=to_timedelta("renewDeadline", spec.get("renewDeadline", "10s")),
-            retry_period=to_timedelta("retryPeriod", spec.get("retryPeriod", "2s")),
-        )

@@ -327,11 +327,6 @@ def decide_election(
     return Acquire(taken, create=False)
 
 
-def must_step_down(*, last_renew: float, now_mono: float, config: ElectionConfig) -> bool:
-    """A leader that has not renewed for renewDeadline stops leading at once."""
-    return now_mono - last_renew >= config.renew_deadline.total_seconds()
-
-
 def _weight(key: str, member: str) -> bytes:
     return hashlib.sha256(f"{key}\x00{member}".encode()).digest()
 
@@ -487,11 +482,3 @@ def placed_rank(key: str, identity: str, members: Sequence[str], *, first: str |
     if identity == first:
         return 0
     return 1 + rendezvous_rank(key, identity, [m for m in members if m != first])
-
-
-def claim_stagger(
-    key: str, identity: str, members: Sequence[str], *, step: float, cap: float | None = None
-) -> float:
-    """Seconds to wait before claiming: rank * step (optionally capped)."""
-    delay = rendezvous_rank(key, identity, members) * step
-    return delay if cap is None else min(delay, cap)

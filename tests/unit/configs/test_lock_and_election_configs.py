@@ -96,14 +96,3 @@ def test_configs_are_immutable() -> None:
     config = LockConfig(at_most_for=5)
     with pytest.raises(AttributeError):
         config.at_most_for = timedelta(1)  # type: ignore[misc]
-
-
-def test_configs_come_from_the_scheduled_job_spec_blocks() -> None:
-    lock = LockConfig.from_spec({"atMostFor": "15m", "atLeastFor": "30s", "keepAlive": False})
-    assert lock == LockConfig(at_most_for=900, at_least_for=30, keep_alive=False)
-    election = ElectionConfig.from_spec({"leaseDuration": "4s", "renewDeadline": "3s"})
-    assert election.retry_period == timedelta(seconds=2)
-    with pytest.raises(ConfigError, match="renewDeadline"):
-        ElectionConfig.from_spec(
-            {"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "2s"}
-        )

@@ -14,9 +14,7 @@ from leasecron.models.decisions import (
     Observation,
     Renew,
     StandBy,
-    claim_stagger,
     decide_election,
-    must_step_down,
     rendezvous_rank,
 )
 from leasecron.models.leases import LeaseRecord
@@ -113,11 +111,6 @@ def test_a_corrupt_duration_is_treated_as_our_own_lease_duration() -> None:
     assert step(seen("other", at=97.5, duration=None), now=100.0) == StandBy("other", 100.5)
 
 
-def test_the_leader_steps_down_once_renew_deadline_passed_without_renewal() -> None:
-    assert not must_step_down(last_renew=100.0, now_mono=101.99, config=CONFIG)
-    assert must_step_down(last_renew=100.0, now_mono=102.0, config=CONFIG)
-
-
 MEMBERS = [f"replica-{i}" for i in range(5)]
 
 
@@ -184,12 +177,6 @@ def test_duplicate_members_count_once() -> None:
         assert ranks == [rendezvous_rank(key, m, MEMBERS) for m in MEMBERS]
         assert sorted(ranks) == [0, 1, 2, 3, 4]
     assert rendezvous_rank("k", "stranger", duplicated) == 5
-
-
-def test_stagger_is_rank_times_step_with_an_optional_cap() -> None:
-    rank = rendezvous_rank("k", "replica-0", MEMBERS)
-    assert claim_stagger("k", "replica-0", MEMBERS, step=0.1) == pytest.approx(rank * 0.1)
-    assert claim_stagger("k", "stranger", MEMBERS, step=0.1, cap=0.25) == 0.25
 
 
 def test_a_jobs_lease_created_by_a_replica_starts_at_token_1_as_one_the_operator_creates() -> None:

@@ -55,27 +55,7 @@ def test_an_object_without_status_reads_as_an_empty_status() -> None:
     assert (empty.holder, empty.missed_runs, empty.conditions) == ("", 0, ())
 
 
-def test_replacing_a_condition_with_the_same_status_keeps_its_transition_time() -> None:
-    before = ScheduledJobStatus(conditions=(ready(ConditionStatus.TRUE, T0),))
-    later = ready(ConditionStatus.TRUE, T0 + timedelta(minutes=5), reason="StillReady")
-    after = before.with_condition(later)
-    current = after.condition(ConditionType.READY)
-    assert current is not None
-    assert current.last_transition_time == T0
-    assert current.reason == "StillReady"
-
-
-def test_replacing_a_condition_with_another_status_moves_its_transition_time() -> None:
-    before = ScheduledJobStatus(conditions=(ready(ConditionStatus.TRUE, T0),))
-    later = T0 + timedelta(minutes=5)
-    after = before.with_condition(ready(ConditionStatus.FALSE, later, reason="NoReplica"))
-    current = after.condition(ConditionType.READY)
-    assert current is not None
-    assert (current.status, current.last_transition_time) == (ConditionStatus.FALSE, later)
-    assert len(after.conditions) == 1
-
-
-def test_conditions_of_other_types_are_kept() -> None:
+def test_a_condition_is_found_by_its_type() -> None:
     valid = Condition(
         type=ConditionType.VALID,
         status=ConditionStatus.TRUE,
@@ -83,6 +63,6 @@ def test_conditions_of_other_types_are_kept() -> None:
         message="The spec is valid.",
         last_transition_time=T0,
     )
-    status = ScheduledJobStatus(conditions=(valid,)).with_condition(ready(ConditionStatus.TRUE, T0))
+    status = ScheduledJobStatus(conditions=(valid, ready(ConditionStatus.TRUE, T0)))
     assert [c.type for c in status.conditions] == ["Valid", "Ready"]
     assert status.condition("OnSchedule") is None
