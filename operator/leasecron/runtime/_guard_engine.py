@@ -129,7 +129,7 @@ class Engine:
         run = GuardRun(
             guard=s.name, namespace=s.namespace, tick=tick, reason=reason, holder=holder, job=s.job
         )
-        observe_skip(self.hooks, run.observed(holder=s.identity), reason=reason)
+        observe_skip(self.hooks, run.event(skipped_by=s.identity))
         return run
 
     async def claim(self, *, fired: datetime | None, now: datetime, snap: bool) -> GuardRun:
@@ -376,7 +376,7 @@ class Engine:
             _log.warning("guarded body ended", outcome=outcome.value, message=message, **fields)
         observe_end(
             self.hooks,
-            run.observed(),
+            run.event(),
             run.span,
             outcome=outcome,
             message=message,

@@ -25,7 +25,7 @@ from leasecron.coordination.grants import Fence
 from leasecron.models.names import format_tick
 from leasecron.models.specs import Bucket, JobRun
 from leasecron.models.vocabulary import SkipReason
-from leasecron.runtime._observe import Observed
+from leasecron.runtime._hooks import RunEvent, RunEventKind
 from leasecron.runtime._tracing import RunSpan
 
 T = TypeVar("T")
@@ -95,13 +95,21 @@ class GuardRun:
     def token(self) -> int | None:
         return self.grant.token if self.grant is not None else None
 
-    def observed(self, *, holder: str | None = None) -> Observed:
-        """What this run's events and span carry (`runtime._observe`): its job is the
-        ScheduledJob of a `job=` guard, else the guard's name (the name its metrics carry);
-        once-per-tick, the guard's promise; `holder` for a skip: this replica's identity."""
-        job = self.job or self.guard
-        return Observed(
-            job, self.namespace, self.tick, holder or self.holder, Bucket.ONCE_PER_TICK, self.token
+    def event(self, *, skipped_by: str | None = None) -> RunEvent:
+        """This run's `started` event (`runtime._observe`), or with `skipped_by` (this
+        replica's identity) its tick's `skipped` one: its job is the ScheduledJob of a `job=`
+        guard, else the guard's name (the name its metrics carry); once-per-tick, the
+        guard's promise."""
+        skip = skipped_by is not None
+        return RunEvent(
+            kind=RunEventKind.SKIPPED if skip else RunEventKind.STARTED,
+            job=self.job or self.guard,
+            namespace=self.namespace,
+            tick=self.tick,
+            holder=skipped_by or self.holder,
+            bucket=Bucket.ONCE_PER_TICK,
+            token=None if skip else self.token,
+            reason=self.reason if skip else None,
         )
 
     @property

@@ -228,7 +228,7 @@ class Guard(HookDecorators):
         if engine.late(run):  # checked in this thread, where the body would start
             run = loop.run(engine.missed(run))
         if run:
-            run.span = observe_start(self.hooks, run.observed(), parent="caller", loop=loop.loop)
+            run.span = observe_start(self.hooks, run.event(), parent="caller", loop=loop.loop)
         return run
 
     def finish_sync(self, run: GuardRun, *, error: BaseException | None = None) -> None:
@@ -248,7 +248,7 @@ class Guard(HookDecorators):
         if engine.late(run):
             run = await engine.missed(run)
         if run:
-            run.span = observe_start(self.hooks, run.observed(), parent="caller")
+            run.span = observe_start(self.hooks, run.event(), parent="caller")
         return run
 
     async def finish_async(self, run: GuardRun, *, error: BaseException | None = None) -> None:

@@ -2,14 +2,14 @@
 guard's. Three points: the moment a body starts (`observe_start`: the span starts, `started`
 is emitted), the moment the outcome is known (`observe_end`: the span ends, `succeeded` or
 `failed` is emitted with the outcome, message, error and duration), and every skip
-(`observe_skip`, from the one place each skip is counted). `Observed` is what a run's events
-and span carry: its job (a guard's: its ScheduledJob, else the guard's name), namespace,
-tick, holder, bucket and token.
+(`observe_skip`, from the one place each skip is counted). A run is described by its
+`started` event (`RunEvent`: its job, namespace, tick, holder, bucket and token; a guard's
+job is its ScheduledJob, else the guard's name), which its span and its other events carry.
 
 `RunObserver` is a Scheduler's: the dispatch (`Services`) calls it where a handler is called
 (`calling`, in the handler's task or pool thread: the span becomes current), where the run
 ended (`ended`) and from `Services.skip`. A guard's front end and engine call the functions
-themselves (`GuardRun.observed`): its span starts under the caller's context, since a guard
+themselves (`GuardRun.event`): its span starts under the caller's context, since a guard
 runs inside someone else's scheduler, request or span.
 
 Owns no policy of its own: what hooks receive is `_hooks`, what a span carries `_tracing`.
@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime
 
 from leasecron._logs import get_logger
-from leasecron.models.specs import Bucket, Outcome, ScheduledJob
+from leasecron.models.specs import Outcome, ScheduledJob
 from leasecron.runtime._context import JobContext
 from leasecron.runtime._hooks import RunEvent, RunEventKind, RunHooks, kind_of
 from leasecron.runtime._invoke import HandlerEnd
@@ -37,31 +37,16 @@ from leasecron.runtime._tracing import Parent, RunSpan
 _log = get_logger("leasecron.runtime.hooks")
 
 
-@dataclass(frozen=True)
-class Observed:
-    """What the events and the span of one run (or skipped tick) carry."""
-
-    job: str
-    namespace: str
-    tick: datetime | None
-    holder: str
-    bucket: Bucket
-    token: int | None = None
-
-    @classmethod
-    def of(cls, ctx: JobContext) -> Observed:
-        return cls(ctx.job, ctx.namespace, ctx.tick, ctx.holder, ctx.bucket, ctx.token)
-
-
 def observe_start(
     hooks: RunHooks,
-    run: Observed,
+    run: RunEvent,
     *,
     parent: Parent | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
 ) -> RunSpan:
-    """`run`'s body starts now: its span (started under `parent`, `RunSpan.start`; the caller
-    makes it current), and `started` emitted (coroutine hooks on `loop`)."""
+    """The body of the run whose `started` event is `run` starts now: its span (started
+    under `parent`, `RunSpan.start`; the caller makes it current), and `run` emitted
+    (coroutine hooks on `loop`)."""
     span = RunSpan(None)
     try:
         span = RunSpan.start(
@@ -74,7 +59,7 @@ def observe_start(
             parent=parent,
         )
         if hooks.wants(RunEventKind.STARTED):
-            hooks.emit(_event(run, RunEventKind.STARTED), loop=loop)
+            hooks.emit(run, loop=loop)
     except Exception as e:
         _log.warning("run start not observed", job=run.job, error=repr(e))
     return span
@@ -82,7 +67,7 @@ def observe_start(
 
 def observe_end(
     hooks: RunHooks,
-    run: Observed,
+    run: RunEvent,
     span: RunSpan,
     *,
     outcome: Outcome,
@@ -90,25 +75,40 @@ def observe_end(
     error: BaseException | None,
     duration: float | None,
 ) -> None:
-    """`run` ended with `outcome`: its span ends, `succeeded` or `failed` is emitted."""
+    """The run whose `started` event is `run` ended with `outcome`: its span ends,
+    `succeeded` or `failed` is emitted."""
     try:
         span.end(outcome=outcome, message=message, error=error)
         kind = kind_of(outcome)
         if hooks.wants(kind):
-            hooks.emit(
-                _event(run, kind, outcome=outcome, message=message, error=error, duration=duration)
+            ended = dataclasses.replace(
+                run, kind=kind, outcome=outcome, message=message, error=error, duration=duration
             )
+            hooks.emit(ended)
     except Exception as e:
         _log.warning("run end not observed", job=run.job, error=repr(e))
 
 
-def observe_skip(hooks: RunHooks, run: Observed, *, reason: str) -> None:
-    """This replica (`run.holder`) does not run `run.tick`, for `reason`: no span."""
+def observe_skip(hooks: RunHooks, skipped: RunEvent) -> None:
+    """A tick this replica (`skipped.holder`) does not run, for `skipped.reason`: no span."""
     try:
         if hooks.wants(RunEventKind.SKIPPED):
-            hooks.emit(_event(run, RunEventKind.SKIPPED, reason=reason))
+            hooks.emit(skipped)
     except Exception as e:
-        _log.warning("skip not observed", job=run.job, error=repr(e))
+        _log.warning("skip not observed", job=skipped.job, error=repr(e))
+
+
+def started_event(ctx: JobContext) -> RunEvent:
+    """The `started` event of the run of `ctx`."""
+    return RunEvent(
+        kind=RunEventKind.STARTED,
+        job=ctx.job,
+        namespace=ctx.namespace,
+        tick=ctx.tick,
+        holder=ctx.holder,
+        bucket=ctx.bucket,
+        token=ctx.token,
+    )
 
 
 class RunObserver:
@@ -124,7 +124,7 @@ class RunObserver:
 
         @contextlib.contextmanager
         def call() -> Iterator[None]:
-            span = self._spans[ctx] = observe_start(self.hooks, Observed.of(ctx), loop=loop)
+            span = self._spans[ctx] = observe_start(self.hooks, started_event(ctx), loop=loop)
             with span.current():
                 yield
 
@@ -135,7 +135,7 @@ class RunObserver:
         span = self._spans.pop(ctx, None) or RunSpan(None)
         observe_end(
             self.hooks,
-            Observed.of(ctx),
+            started_event(ctx),
             span,
             outcome=outcome,
             message=message,
@@ -153,31 +153,13 @@ class RunObserver:
         tick: datetime | None,
     ) -> None:
         """This replica did not run `tick` of `job`, for `reason`."""
-        observed = Observed(job.name, namespace, tick, holder, job.spec.bucket)
-        observe_skip(self.hooks, observed, reason=reason)
-
-
-def _event(
-    run: Observed,
-    kind: RunEventKind,
-    *,
-    outcome: Outcome | None = None,
-    message: str = "",
-    error: BaseException | None = None,
-    duration: float | None = None,
-    reason: str | None = None,
-) -> RunEvent:
-    return RunEvent(
-        kind=kind,
-        job=run.job,
-        namespace=run.namespace,
-        tick=run.tick,
-        holder=run.holder,
-        bucket=run.bucket,
-        token=run.token,
-        outcome=outcome,
-        message=message,
-        error=error,
-        duration=duration,
-        reason=reason,
-    )
+        skipped = RunEvent(
+            kind=RunEventKind.SKIPPED,
+            job=job.name,
+            namespace=namespace,
+            tick=tick,
+            holder=holder,
+            bucket=job.spec.bucket,
+            reason=reason,
+        )
+        observe_skip(self.hooks, skipped)

@@ -62,12 +62,12 @@ def held_run(*, job: str | None = None) -> GuardRun:
 
 def started(hooks: RunHooks, run: GuardRun) -> None:
     """As a guard's front end starts a held run's body."""
-    run.span = observe_start(hooks, run.observed(), parent="caller")
+    run.span = observe_start(hooks, run.event(), parent="caller")
 
 
 def ended(hooks: RunHooks, run: GuardRun, **outcome: Any) -> None:
     """As a guard's engine ends it."""
-    observe_end(hooks, run.observed(), run.span, **outcome)
+    observe_end(hooks, run.event(), run.span, **outcome)
 
 
 def named(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
@@ -136,7 +136,7 @@ def test_a_skip_tells_the_reason_and_this_replicas_identity_and_makes_no_span(
     hooks, heard = RunHooks(), Heard()
     hooks.add(heard)
     run = GuardRun(guard="g", namespace="ns", tick=TICK, reason="taken", holder="replica-1")
-    observe_skip(hooks, run.observed(holder="replica-2"), reason=run.reason)
+    observe_skip(hooks, run.event(skipped_by="replica-2"))
     assert hooks.flush(timeout=5)
     [event] = heard.events
     assert (event.kind, event.reason, event.holder) == (RunEventKind.SKIPPED, "taken", "replica-2")
