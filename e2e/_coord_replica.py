@@ -43,7 +43,7 @@ from leasecron.kube.clients import Kube
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import SystemClock
 from leasecron.models.configs import ElectionConfig, LockConfig
-from leasecron.models.decisions import claim_stagger
+from leasecron.models.decisions import rendezvous_rank
 from leasecron.testing.faults import install_from_env
 
 FAST = ElectionConfig(lease_duration=2, renew_deadline=1, retry_period=0.5)
@@ -108,7 +108,7 @@ async def ticks(args: argparse.Namespace) -> None:
         due = min(args.count - 1, math.floor((clock.now().timestamp() - epoch) / args.period))
         for k in range(last + 1, due + 1):  # a replica woken late still tries every tick
             last = k
-            stagger = claim_stagger(f"fast/{k}", me, members, step=args.period / 5)
+            stagger = rendezvous_rank(f"fast/{k}", me, members) * args.period / 5
             result = await claim_patiently(lock, base + timedelta(seconds=k), stagger, args.period)
             if isinstance(result, Grant):
                 emit(grant=k, token=result.token)
