@@ -302,6 +302,24 @@ def test_an_unreachable_store_is_a_store_unavailable_skip_and_the_guard_resumes_
         assert run
 
 
+def test_a_claim_whose_write_meets_another_is_decided_again_on_the_lease_as_it_is_now(
+    kubes: list[Kube], namespace: str
+) -> None:
+    """A 409 on the claim write says another write landed first, not that the tick is
+    taken: the guard reads the Lease again and decides on it, as the engine's claims do. Here
+    the write it met took nothing (the 409 is answered in the store's place), so the tick is
+    still free, and it runs."""
+    first, later = recent_ticks(2)
+    g = Guard("send-reminders", namespace=namespace, kube=kubes[0], identity="solo")
+    with g.claim(tick=first) as run:  # creates the Lease
+        assert run
+    met = Fault(verb="update", resource="leases", name=LEASE, action="status", status=409, times=1)
+    with fault_plan(kubes[0]).injected(met) as rule, g.claim(tick=later) as run:
+        assert run, run.reason
+        assert rule.hits == 1
+        assert run.token == 2
+
+
 def test_a_guard_that_knows_no_tick_says_how_to_give_one(kubes: list[Kube], namespace: str) -> None:
     g = Guard("send-reminders", namespace=namespace, kube=kubes[0])
     with pytest.raises(GuardConfigError, match="does not know which tick"):

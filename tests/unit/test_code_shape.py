@@ -119,8 +119,9 @@ def test_the_runtime_plans_ticks_in_one_timer() -> None:
 
 def test_the_claim_engine_claims_in_one_loop() -> None:
     """Scheduled instants, catch-up, `run_once`, run requests and handed-over retries are
-    claimed by one loop around the claim write (`_shard_claims._claim_until`); a guard's one
-    attempt per call is the other caller of `try_claim` (docs/design.md §5.4, §5.15)."""
+    claimed by one loop around the claim write (`_shard_claims._claim_until`); a guard's
+    attempt per call (decided again once after a conflict, `_guard_engine._try_claim`) is the
+    other caller of `try_claim` (docs/design.md §5.4, §5.15)."""
     callers = set()
     for where, tree in parsed(sorted((_ROOT / "runtime").glob("*.py"))):
         for name, node in _definitions(tree, ""):
@@ -131,5 +132,5 @@ def test_the_claim_engine_claims_in_one_loop() -> None:
     innermost = {c for c in callers if not any(o.startswith(c + ".") for o in callers)}
     assert innermost == {
         "runtime/_shard_claims.py:_attempt",
-        "runtime/_guard_engine.py:Engine._claim",
+        "runtime/_guard_engine.py:_try_claim",
     }, innermost

@@ -52,7 +52,7 @@ from leasecron._logs import get_logger
 from leasecron._metrics import RUN_DURATION, RUNS, SKIPS, START_LAG
 from leasecron.coordination import Grant, LostLockError, Skipped, TickLock
 from leasecron.coordination.floors import highest_token
-from leasecron.coordination.locks import SKIP_EXISTS
+from leasecron.coordination.locks import SKIP_CONFLICT, SKIP_EXISTS
 from leasecron.kube.clients import Kube
 from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
 from leasecron.kube.watches import Informer
@@ -188,9 +188,7 @@ class Engine:
         # a random part of the stagger, so they write only when it does not (it died, or its
         # scheduler did not fire it).
         stagger = 0.0 if lock.claimed_last() else random.uniform(0.0, s.stagger.total_seconds())
-        result = await lock.try_claim(
-            tick, stagger=stagger, starting_deadline=begin_by - tick, above=above
-        )
+        result = await _try_claim(lock, tick, stagger=stagger, begin_by=begin_by, above=above)
         if isinstance(result, Skipped):  # counted in SKIPS by the lock
             return self._skipped(tick, result.reason, holder=result.holder)
         # 4. Hold it (renewed, bounded by atMostFor); record the run before the body starts.
@@ -400,6 +398,22 @@ class Engine:
         except TimeoutError:
             finished = run.jobrun.finish(outcome=outcome, end=self.clock.now(), message=message)
             self._recorder().record_later(finished, job_uid=run.job_uid)
+
+
+async def _try_claim(
+    lock: TickLock, tick: datetime, *, stagger: float, begin_by: datetime, above: int
+) -> Grant | Skipped:
+    """The claim of `tick` after `stagger`; after a `conflict` (another write landed first)
+    decided again at once on the Lease as the store has it now, as the engine's claims are
+    (`_shard_claims._claim_until`): taken, a live grant, or claimable still (the write it met
+    was a release or a renewal, not a claim of this tick)."""
+    result = await lock.try_claim(
+        tick, stagger=stagger, starting_deadline=begin_by - tick, above=above
+    )
+    conflict = isinstance(result, Skipped) and result.reason == SKIP_CONFLICT
+    if conflict and await lock.lease.refresh():
+        result = await lock.try_claim(tick, starting_deadline=begin_by - tick, above=above)
+    return result
 
 
 def _guarded_job(name: str, obj: dict[str, Any]) -> ScheduledJob:
