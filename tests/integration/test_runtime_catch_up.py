@@ -91,7 +91,9 @@ def test_missed_ticks_are_run_per_catch_up_policy_and_the_rest_recorded_missed(
         )
     finally:
         scheduler.stop()
-    ran = [ctx.tick for ctx in capture.contexts[: runs_missed + 1]]
+    # The next scheduled ticks may start beside the catch-up runs (concurrencyPolicy Allow):
+    # of the ticks up to the claimed one, the claimed one started first.
+    ran = [ctx.tick for ctx in capture.contexts if ctx.tick <= claimed][: runs_missed + 1]
     assert ran == [claimed, *between[len(between) - runs_missed :]]
     assert sum(rule.hits for rule in fault_plan(kube).rules) == failed_reads
     seen = outcomes(runs)
