@@ -22,16 +22,15 @@
 4. Hold the grant: renewed every third of the short Lease while the body runs (the lock's
    `KeepAlive`), and the run's fence (`RunFence`: the grant, for at most atMostFor unless
    kept alive; at atMostFor the grant is released and the body told through `lost`). For a
-   `job=` guard create the Running JobRun of the tick before the body starts (awaited,
-   bounded): AlreadyExists means another replica has the tick (skip `exists`), a create
-   that fails releases the grant (skip `record_failed`; a create whose reply was lost is
-   recorded Missed, taking over our own record if it landed).
+   `job=` guard open the tick's record before the body starts, as a Scheduler's run path
+   does (`TickRecord`, GUARDED, bounded): a skip (`exists`, `record_failed`) releases the
+   grant.
 5. The front end checks the start-by time where the body would start (`late`): a body is
    never started after it; the claim is ended by `missed` instead (its JobRun finished
    Missed, its grant released, skip `deadline`).
 
 `finish()` stops the keep-alive and the atMostFor watch, counts the run in RUNS, ends its
-span and tells the run hooks (`_observe`), writes the JobRun's outcome (Succeeded,
+span and tells the run hooks (`_observe`), closes the record with the outcome (Succeeded,
 Failed with the error, LostLock when the grant was lost or expired first), then releases the
 grant (atLeastFor honoured).
 Every skip is counted once in SKIPS (here or by the TickLock) and told to the hooks there.
@@ -52,21 +51,20 @@ from leasecron._logs import get_logger
 from leasecron._metrics import RUN_DURATION, RUNS, SKIPS, START_LAG
 from leasecron.coordination import Grant, LostLockError, Skipped, TickLock
 from leasecron.coordination.floors import highest_token
-from leasecron.coordination.locks import SKIP_CONFLICT, SKIP_EXISTS
+from leasecron.coordination.locks import SKIP_CONFLICT
 from leasecron.kube.clients import Kube
-from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
+from leasecron.kube.errors import KubeError
 from leasecron.kube.watches import Informer
 from leasecron.models.clocks import Clock
 from leasecron.models.configs import LockConfig
 from leasecron.models.decisions import SKIP_DEADLINE, SKIP_TAKEN
 from leasecron.models.groups import GroupRecordError
 from leasecron.models.names import format_tick
-from leasecron.models.specs import Bucket, JobRun, Outcome, ScheduledJob, SpecError
+from leasecron.models.specs import Bucket, Outcome, ScheduledJob, SpecError
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._guard_runs import (
     REASON_ERROR,
     REASON_NO_JOB,
-    REASON_RECORD_FAILED,
     REASON_SUSPENDED,
     GuardRun,
 )
@@ -81,9 +79,9 @@ from leasecron.runtime._guard_settings import (
 )
 from leasecron.runtime._hooks import RunHooks
 from leasecron.runtime._observe import observe_end, observe_skip
-from leasecron.runtime._records import Recorder, describe_error
-from leasecron.runtime._services import MISSED_LATE
+from leasecron.runtime._records import describe_error
 from leasecron.runtime._shardfences import RunFence
+from leasecron.runtime._tick_records import MISSED_LATE, RecordMode, TickRecord
 
 _log = get_logger("leasecron.runtime.guards")
 BUCKET = Bucket.ONCE_PER_TICK.value
@@ -197,9 +195,11 @@ class Engine:
         self._hold(run, lock, config)
         self.runtime.active.add(run)
         if job is not None:
-            failed = await self._start_record(run, result, job)
-            if failed is not None:
-                return failed
+            run.record = self._record(job, tick, result)
+            not_run = await run.record.open()
+            if not_run is not None:
+                await self._let_go(run)
+                return self._skip(tick, not_run)
         run.started = self.clock.monotonic()
         START_LAG.labels(s.namespace, s.name, BUCKET).observe(
             max(0.0, (self.clock.now() - tick).total_seconds())
@@ -292,8 +292,8 @@ class Engine:
         """A held run whose body would start after its start-by time: not started, its JobRun
         (for `job=`) finished Missed, its grant released; the skip (`deadline`)."""
         try:
-            if run.jobrun is not None:
-                await self._write_outcome(run, Outcome.MISSED, MISSED_LATE)
+            if run.record is not None:
+                await run.record.close(Outcome.MISSED, MISSED_LATE)
             await self._let_go(run)
         except Exception:
             _log.exception("ending a late claim failed", guard=self.settings.name, tick=run.tick)
@@ -311,41 +311,19 @@ class Engine:
             return None, 0
         return _guarded_job(s.job, obj), highest_token(job=s.job, scheduled_job=obj)
 
-    async def _start_record(
-        self, run: GuardRun, grant: Grant, job: ScheduledJob
-    ) -> GuardRun | None:
-        """Create the Running JobRun; None when it is written, else the skip (grant released)."""
-        recorder = self._recorder()
-        try:
-            run.jobrun = await asyncio.wait_for(
-                recorder.start_tick(job, tick=run.tick, holder=grant.holder, token=grant.token),
-                RECORD_TIMEOUT,
-            )
-            run.job_uid = job.uid
-            return None
-        except AlreadyExists:
-            await self._let_go(run)
-            return self._skip(run.tick, SKIP_EXISTS)
-        except (KubeError, TimeoutError) as e:
-            if isinstance(e, OutcomeUnknown | TimeoutError):
-                missed = JobRun.for_tick(
-                    job=job.name,
-                    tick=run.tick,
-                    holder=grant.holder,
-                    start=None,
-                    fencing_token=grant.token,
-                    namespace=self.settings.namespace,
-                ).finish(
-                    outcome=Outcome.MISSED,
-                    end=self.clock.now(),
-                    message="the run record could not be confirmed, so the body was not run",
-                )
-                recorder.record_later(missed, job_uid=job.uid)
-            await self._let_go(run)
-            return self._skip(run.tick, REASON_RECORD_FAILED, error=repr(e))
-
-    def _recorder(self) -> Recorder:
-        return self.runtime.recorder(self.kube, self.settings.namespace, self.clock)
+    def _record(self, job: ScheduledJob, tick: datetime, grant: Grant) -> TickRecord:
+        """The record of a `job=` guard's run of `tick` under `grant`, created before the
+        body starts (bounded: `RECORD_TIMEOUT`)."""
+        recorder = self.runtime.recorder(self.kube, self.settings.namespace, self.clock)
+        return TickRecord(
+            recorder=recorder,
+            job=job,
+            tick=tick,
+            holder=grant.holder,
+            token=grant.token,
+            mode=RecordMode.GUARDED,
+            timeout=RECORD_TIMEOUT,
+        )
 
     async def finish(self, run: GuardRun, *, error: BaseException | None) -> None:
         """End a held run: outcome counted and recorded, grant released. Never raises."""
@@ -381,23 +359,11 @@ class Engine:
             error=error,
             duration=duration,
         )
-        if run.jobrun is not None:
-            await self._write_outcome(run, outcome, message)
+        if run.record is not None:
+            await run.record.close(outcome, message)
         if isinstance(run.fence, RunFence):
             run.fence.close()
         await grant.release()
-
-    async def _write_outcome(self, run: GuardRun, outcome: Outcome, message: str) -> None:
-        """Finish the run's JobRun (written later when it cannot be written now)."""
-        assert run.jobrun is not None
-        try:
-            await asyncio.wait_for(
-                self._recorder().finish(run.jobrun, outcome=outcome, message=message),
-                RECORD_TIMEOUT,
-            )
-        except TimeoutError:
-            finished = run.jobrun.finish(outcome=outcome, end=self.clock.now(), message=message)
-            self._recorder().record_later(finished, job_uid=run.job_uid)
 
 
 async def _try_claim(

@@ -23,9 +23,10 @@ from typing import Generic, TypeVar
 from leasecron.coordination import Grant, KeepAlive, LostEvent, LostLockError
 from leasecron.coordination.grants import Fence
 from leasecron.models.names import format_tick
-from leasecron.models.specs import Bucket, JobRun
+from leasecron.models.specs import Bucket
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._hooks import RunEvent, RunEventKind
+from leasecron.runtime._tick_records import TickRecord
 from leasecron.runtime._tracing import RunSpan
 
 T = TypeVar("T")
@@ -67,12 +68,11 @@ class GuardRun:
         self.watchdog: asyncio.Task[None] | None = None
         self.start_by: datetime | None = None
         self.started = 0.0
-        self.jobrun: JobRun | None = None
-        self.job_uid: str | None = None
+        self.record: TickRecord | None = None
         self.span = RunSpan(None)
         """Set while the run is held: its keep-alive, fence and the task that ends it at its
         atMostFor, its start-by time, start (local
-        monotonic), JobRun, the ScheduledJob's uid (by the engine) and its span (by the guard,
+        monotonic), its JobRun's `TickRecord` (by the engine) and its span (by the guard,
         when the body starts)."""
         self._lost_unset = LostEvent()
         self._lost_unset.set()

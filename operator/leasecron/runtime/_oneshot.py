@@ -25,8 +25,9 @@ from leasecron.runtime._core import Runtime
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._owner import OwnerWorker
 from leasecron.runtime._records import RunOutcome
-from leasecron.runtime._services import RecordMode, Services
+from leasecron.runtime._services import Services
 from leasecron.runtime._shards import ShardTicks
+from leasecron.runtime._tick_records import RecordMode
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ those ticks as Missed).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,7 +131,7 @@ class Recorder:
     def __init__(self, *, jobruns: JobRunStore, namespace: str, clock: Clock) -> None:
         self._jobruns = jobruns
         self.namespace = namespace
-        self._clock = clock
+        self.clock = clock
         self.listeners: list[Callable[[RunOutcome], None]] = []
         self.deferred = DeferredRecords(self)
         """Records of runs started off the record (under a shard claim)."""
@@ -148,7 +149,7 @@ class Recorder:
             job=job.name,
             tick=tick,
             holder=holder,
-            start=self._clock.now(),
+            start=self.clock.now(),
             fencing_token=token,
             namespace=self.namespace,
         )
@@ -260,7 +261,7 @@ class Recorder:
             job=job.name,
             fencing_token=token,
             holder=holder,
-            start=self._clock.now(),
+            start=self.clock.now(),
             namespace=self.namespace,
         )
         try:
@@ -310,14 +311,16 @@ class Recorder:
         outcome: Outcome,
         message: str,
         attempts: tuple[Attempt, ...] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> None:
-        """Patch the run's final status; when it cannot be written now, the records writer
-        (`deferred`) retries it until it lands: a finished run never stays Running."""
+        """Patch the run's final status; when it cannot be written now (or within `timeout`
+        seconds), the records writer (`deferred`) retries it until it lands: a finished run
+        never stays Running."""
         finished = run.finish(
-            outcome=outcome, end=self._clock.now(), message=message, attempts=attempts
+            outcome=outcome, end=self.clock.now(), message=message, attempts=attempts
         )
         try:
-            await self.patch_final(finished)
+            await asyncio.wait_for(self.patch_final(finished), timeout)
         except (KubeError, TimeoutError) as e:
             _log.info(
                 "JobRun outcome not written yet; retrying off the run path",

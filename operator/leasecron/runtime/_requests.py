@@ -50,9 +50,10 @@ from leasecron.models.requests import REQUEST_SELECTOR, Request, pickup_patch, r
 from leasecron.models.specs import Bucket, JobRun, JobRunSpec, ScheduledJob, SpecError
 from leasecron.runtime._invoke import RunControl, StopReason
 from leasecron.runtime._overlap import stop_run
-from leasecron.runtime._services import RecordMode, Services, Taken
+from leasecron.runtime._services import Services, Taken
 from leasecron.runtime._shardfences import RunFence, run_fence
 from leasecron.runtime._shards import ShardTicks
+from leasecron.runtime._tick_records import RecordMode
 
 _log = get_logger("leasecron.runtime.requests")
 PICKUP_STEP = 0.5

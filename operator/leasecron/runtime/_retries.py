@@ -38,7 +38,6 @@ from leasecron.models.names import format_tick
 from leasecron.models.specs import (
     Attempt,
     ConcurrencyPolicy,
-    JobRun,
     Outcome,
     RetrySpec,
     ScheduledJob,
@@ -49,8 +48,6 @@ from leasecron.runtime._records import why_stopped
 from leasecron.runtime._shardfences import RunFence
 
 if TYPE_CHECKING:
-    from leasecron.runtime._deferred import DeferredRun
-    from leasecron.runtime._records import Recorder
     from leasecron.runtime._services import Services
 
 RETRIED = (Outcome.FAILED, Outcome.TIMED_OUT)
@@ -58,45 +55,8 @@ RETRIED = (Outcome.FAILED, Outcome.TIMED_OUT)
 
 Progress = Callable[[tuple[Attempt, ...], str], Awaitable[None]]
 """Writes the attempts so far, and what comes next, to the run's record (between attempts)."""
-
-
-def progress_writer(
-    recorder: Recorder, *, run: JobRun | None, deferred: DeferredRun | None
-) -> Progress:
-    """The Progress of a run recorded as `run` (on the start path) or `deferred` (off it);
-    a run without a record (every-replica, unguarded) writes nothing."""
-
-    async def write(attempts: tuple[Attempt, ...], message: str) -> None:
-        if deferred is not None:
-            recorder.deferred.progress(deferred, attempts=attempts, message=message)
-        elif run is not None:
-            await recorder.progress(run, attempts=attempts, message=message)
-
-    return write
-
-
 Mark = Callable[[tuple[Attempt, ...], str], Awaitable[bool]]
 """Writes the attempts so far plus the next one, Running, and confirms it landed (awaited)."""
-MARK_WAIT = 10.0
-"""Seconds a run recorded off the start path waits for its record to be written before the
-mark of its next attempt (which must land after it)."""
-
-
-def mark_writer(recorder: Recorder, *, run: JobRun | None, deferred: DeferredRun | None) -> Mark:
-    """The Mark of a run recorded as `run` or `deferred` (its queued create and patches are
-    written first); a run without a record has nothing to mark and goes on."""
-
-    async def mark(attempts: tuple[Attempt, ...], message: str) -> bool:
-        record = run
-        if deferred is not None:
-            if not await recorder.deferred.written(deferred, timeout=MARK_WAIT):
-                return False
-            record = deferred.run
-        if record is None:
-            return True
-        return await recorder.confirm(record.retrying(attempts=attempts, message=message))
-
-    return mark
 
 
 @dataclass(frozen=True)

@@ -16,23 +16,20 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import Any
 
 from leasecron._logs import get_logger
-from leasecron._metrics import MISSED, SKIPS
+from leasecron._metrics import SKIPS
 from leasecron.coordination import Fence, LostEvent
 from leasecron.coordination.floors import token_floor
 from leasecron.coordination.resourcelocks import PartyOptions
 from leasecron.kube.clients import Kube
-from leasecron.kube.errors import AlreadyExists, KubeError, OutcomeUnknown
 from leasecron.models.clocks import Clock
 from leasecron.models.names import format_tick
 from leasecron.models.shards import DEFAULT_SHARDS
 from leasecron.models.specs import Attempt, Bucket, JobRun, Outcome, ScheduledJob, Trigger
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._context import JobContext
-from leasecron.runtime._deferred import DeferredRun
 from leasecron.runtime._invoke import HandlerEnd, HandlerRun, RunControl, StopReason
 from leasecron.runtime._membership import Membership
 from leasecron.runtime._observe import RunObserver
@@ -40,7 +37,14 @@ from leasecron.runtime._pacing import StartPacer
 from leasecron.runtime._planning import TickPlan
 from leasecron.runtime._records import Recorder, outcome_of
 from leasecron.runtime._registry import HandlerRegistry, RegisteredHandler
-from leasecron.runtime._retries import Attempts, Finished, mark_writer, progress_writer
+from leasecron.runtime._retries import Attempts
+from leasecron.runtime._tick_records import (
+    MISSED_ENDED,
+    MISSED_LATE,
+    RecordMode,
+    TickRecord,
+    record_missed,
+)
 from leasecron.runtime._timeouts import timeout_of
 
 _log = get_logger("leasecron.runtime")
@@ -86,33 +90,6 @@ class Tuning:
     headers, `kube.servertime`) instead of this host's: a replica whose clock runs ahead
     neither claims a tick before it has come nor takes the tick before it. Applies to a
     `SystemClock` (the default); any other clock passed in is used as it is."""
-
-
-MISSED_LATE = "no replica started this tick before its startingDeadline"
-MISSED_ENDED = "the claim's grant ended (expired, lost or shut down) before this tick could start"
-MISSED_UNCONFIRMED = (
-    "the tick's run record could not be confirmed (its create's reply was lost), so the "
-    "handler was not started"
-)
-
-
-class RecordMode(Enum):
-    """How a tick's run is recorded (docs/design.md §4)."""
-
-    NONE = "none"
-    """every-replica: counted in metrics, not recorded."""
-    GUARDED = "guarded"
-    """Under a grant or term: the JobRun is created first; no record, no run."""
-    UNGUARDED = "unguarded"
-    """RunLocally: AlreadyExists stops the run; a create that cannot reach the store does
-    not, and the record is written later."""
-    DEFERRED = "deferred"
-    """Under a shard claim, which already guarantees the tick: the handler starts at once and
-    its JobRun is written off the start path (`Recorder.deferred`); GUARDED when that queue
-    is full."""
-    TAKEN = "taken"
-    """The JobRun exists and is this replica's already (a run request its pickup made
-    Running: `Taken`); the run writes its attempts and outcome to it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,13 +253,24 @@ class Services:
         spec.retry, report and finish the record. The outcome, or None when the tick was not
         run (another run of it is on record, no record could be made for a guarded run, or it
         could not start by `start_by`: then it is recorded Missed). The steps are `_TickRun`'s."""
+        unguarded = record is RecordMode.UNGUARDED
+        tick_record = TickRecord(
+            recorder=self.recorder,
+            job=job,
+            tick=tick,
+            holder=self.identity,
+            token=fence.token if fence is not None else None,
+            mode=record,
+            run=taken.run if taken is not None else None,
+            timeout=self.tuning.unguarded_record_timeout if unguarded else None,
+        )
         tick_run = _TickRun(
             services=self,
             job=job,
             tick=tick,
             control=control,
             fence=fence,
-            record=record,
+            record=tick_record,
             observe_lag=observe_lag,
             start_by=start_by,
             taken=taken,
@@ -358,33 +346,9 @@ class Services:
     async def record_missed(
         self, job: ScheduledJob, ticks: Sequence[datetime], token: int | None, *, reason: str
     ) -> None:
-        """Queue a `Missed` JobRun for each of `ticks` (as their claimant, with `token`): off
-        the start path, written by the record writers, retried until it is; a record of the
-        tick already there stays the record."""
-        if not ticks:
-            return
-        for tick in ticks:
-            run = JobRun.for_tick(
-                job=job.name,
-                tick=tick,
-                holder=self.identity,
-                start=None,
-                fencing_token=token,
-                namespace=self.namespace,
-                outcome=Outcome.MISSED,
-                message=reason,
-            )
-            MISSED.labels(self.namespace, job.name).inc()
-            self.recorder.deferred.ended(run, job_uid=job.uid)
-        _log.info(
-            "missed ticks recorded",
-            job=job.name,
-            namespace=self.namespace,
-            holder=self.identity,
-            token=token,
-            missed=len(ticks),
-            reason=reason,
-        )
+        """Queue a `Missed` JobRun for each of `ticks`, claimed by this replica under `token`
+        (`record_missed`)."""
+        record_missed(self.recorder, job, ticks, holder=self.identity, token=token, reason=reason)
 
     def stop_when_lost(self, lost: LostEvent, control: RunControl) -> Callable[[], None]:
         """Stop the run's handler (reason LOST) once `lost` is set, from whichever thread sets
@@ -440,31 +404,24 @@ class _TickRun:
     tick: datetime
     control: RunControl
     fence: Fence | None
-    record: RecordMode
-    """As asked; DEFERRED becomes GUARDED when the deferred queue is full."""
+    record: TickRecord
     observe_lag: bool
     start_by: datetime | None
     taken: Taken | None
-    run: JobRun | None = None
-    """The JobRun written on the start path (or taken up), finished with the outcome."""
-    deferred: DeferredRun | None = None
-    """The JobRun queued off the start path (RecordMode.DEFERRED), finished the same way."""
-
-    @property
-    def token(self) -> int | None:
-        return self.fence.token if self.fence is not None else None
 
     async def go(self) -> Outcome | None:
         """The steps, in order; the outcome, or None when the tick was not run."""
-        services, job, tick = self.services, self.job, self.tick
+        services, job, tick, record = self.services, self.job, self.tick, self.record
         # 1. Too late to start: not run; under a fence, recorded Missed.
         if self.start_by is not None and services.clock.now() > self.start_by:
             services.skip(job, SkipReason.DEADLINE, tick=tick)
             if self.fence is not None:
-                await services.record_missed(job, (tick,), self.fence.token, reason=MISSED_LATE)
+                record.missed(MISSED_LATE)
             return None
-        # 2. The record, as `record` says; a tick that needs one and has none is not run.
-        if not await self._open_record():
+        # 2. The record, as asked; a tick that needs one and has none is not run.
+        not_run = await record.open()
+        if not_run is not None:
+            services.skip(job, not_run, tick=tick)
             return None
         # 3. The handler, once.
         ctx = self._context()
@@ -472,131 +429,50 @@ class _TickRun:
         end = await services.run_handler(
             job, ctx, attempt, observe_lag=self.observe_lag, start_by=self.start_by
         )
-        if end is None or end.late:
-            await self._close_not_called(end)
+        if end is None:  # not registered (`run_handler` counted it)
+            await record.close(Outcome.FAILED, "no handler")
+            return None
+        if end.late:
+            services.skip(job, SkipReason.DEADLINE, tick=tick)
+            await record.close(Outcome.MISSED, MISSED_LATE)
             return None
         # 4. Retries per spec.retry, then the record of the outcome.
         started = services.clock.now() - timedelta(seconds=end.duration)
         done = await self._attempts().run(ctx, end, attempt)
-        await self._close(done, started=started)
+        await record.close(done.outcome, done.message, attempts=done.attempts, started=started)
         return done.outcome
-
-    async def _open_record(self) -> bool:
-        """Queue, write or take up the tick's record; False when the tick must not run: its
-        run is on record already, or a guarded run's record was not made (a create whose reply
-        was lost may have landed: that record is recorded Missed, not left Running). An
-        unguarded run goes on without its record."""
-        services, job, tick = self.services, self.job, self.tick
-        self.run = self.taken.run if self.taken is not None else None
-        if self.record is RecordMode.DEFERRED:
-            self.deferred = services.recorder.deferred.start(
-                job, tick=tick, holder=services.identity, token=self.token, now=services.clock.now()
-            )
-            if self.deferred is None:
-                self.record = RecordMode.GUARDED
-        if self.record not in (RecordMode.GUARDED, RecordMode.UNGUARDED):
-            return True
-        try:
-            self.run = await self._start_record()
-        except AlreadyExists:
-            services.skip(job, SkipReason.EXISTS, tick=tick)
-            return False
-        except (KubeError, TimeoutError) as e:
-            if self.record is not RecordMode.GUARDED:
-                return True
-            _log.warning(
-                "JobRun not created; tick not run",
-                job=job.name,
-                tick=format_tick(tick),
-                error=repr(e),
-            )
-            services.skip(job, SkipReason.RECORD_FAILED, tick=tick)
-            if isinstance(e, OutcomeUnknown | TimeoutError):
-                await services.record_missed(job, (tick,), self.token, reason=MISSED_UNCONFIRMED)
-            return False
-        return True
-
-    async def _start_record(self) -> JobRun:
-        """Create the Running JobRun; an unguarded run waits for it only so long."""
-        services = self.services
-        start = services.recorder.start_tick(
-            self.job, tick=self.tick, holder=services.identity, token=self.token
-        )
-        if self.record is RecordMode.UNGUARDED:
-            return await asyncio.wait_for(start, services.tuning.unguarded_record_timeout)
-        return await start
 
     def _context(self) -> JobContext:
         """The run's context: a taken-up run's trigger and attempt number go on."""
-        fence, taken, run = self.fence, self.taken, self.run
+        fence, taken, run = self.fence, self.taken, self.record.run
         spec = run.spec if taken is not None and run is not None else None
+        unguarded = self.record.mode is RecordMode.UNGUARDED
         ctx = self.services.context(
             self.job,
             tick=self.tick,
-            token=self.token,
+            token=self.record.token,
             held=(lambda: fence.held) if fence is not None else None,
-            unguarded=self.record is RecordMode.UNGUARDED,
+            unguarded=unguarded,
             attempt=len(taken.earlier) + 1 if taken is not None else 1,
             trigger=spec.trigger if spec is not None else None,
             requested_by=spec.requested_by if spec is not None else None,
         )
-        if self.record is RecordMode.UNGUARDED:
+        if unguarded:
             ctx.logger.warning(
                 "store unavailable: running unguarded (onStoreUnavailable: RunLocally)"
             )
         return ctx
 
-    async def _close_not_called(self, end: HandlerEnd | None) -> None:
-        """Finish the record of a handler not called: Missed (and a skip) when it could not
-        start by `start_by`, Failed when it is not registered (`run_handler` counted it)."""
-        services = self.services
-        if end is None:
-            outcome, message = Outcome.FAILED, "no handler"
-        else:
-            services.skip(self.job, SkipReason.DEADLINE, tick=self.tick)
-            outcome, message = Outcome.MISSED, MISSED_LATE
-        if self.deferred is not None:
-            services.recorder.deferred.finish(
-                self.deferred, outcome=outcome, message=message, now=services.clock.now()
-            )
-        if self.run is not None:
-            await services.recorder.finish(self.run, outcome=outcome, message=message)
-
     def _attempts(self) -> Attempts:
         """The retries of this run, their progress and marks written to its record."""
-        recorder, taken = self.services.recorder, self.taken
+        taken = self.taken
         return Attempts(
             self.services,
             self.job,
             self.control,
             fence=self.fence,
-            progress=progress_writer(recorder, run=self.run, deferred=self.deferred),
-            mark=mark_writer(recorder, run=self.run, deferred=self.deferred),
+            progress=self.record.progress,
+            mark=self.record.mark,
             earlier=taken.earlier if taken is not None else (),
             until=taken.until if taken is not None else None,
         )
-
-    async def _close(self, done: Finished, *, started: datetime) -> None:
-        """Finish the record with the outcome; an unguarded run without one (its create did
-        not reach the store) has its record written later, off the start path."""
-        services, recorder = self.services, self.services.recorder
-        outcome, message, attempts = done.outcome, done.message, done.attempts
-        if self.deferred is not None:
-            recorder.deferred.finish(
-                self.deferred,
-                outcome=outcome,
-                message=message,
-                now=services.clock.now(),
-                attempts=attempts,
-            )
-        elif self.run is not None:
-            await recorder.finish(self.run, outcome=outcome, message=message, attempts=attempts)
-        elif self.record is RecordMode.UNGUARDED:
-            later = JobRun.for_tick(
-                job=self.job.name,
-                tick=self.tick,
-                holder=services.identity,
-                start=started,
-                namespace=services.namespace,
-            ).finish(outcome=outcome, end=services.clock.now(), message=message, attempts=attempts)
-            recorder.record_later(later, job_uid=self.job.uid)

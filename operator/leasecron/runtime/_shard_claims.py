@@ -35,11 +35,12 @@ from leasecron.models.leases import lease_annotations
 from leasecron.models.shards import ShardRef, shard_key
 from leasecron.models.specs import ScheduledJob, StoreUnavailablePolicy
 from leasecron.models.vocabulary import SkipReason
-from leasecron.runtime._services import RecordMode, Services
+from leasecron.runtime._services import Services
 from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs, staying
 from leasecron.runtime._shard_leases import ShardLocks
 from leasecron.runtime._shard_runs import ShardRuns
+from leasecron.runtime._tick_records import RecordMode
 
 _log = get_logger("leasecron.runtime.shards")
 _RETRIED = (SKIP_LIVE_GRANT, SKIP_UNAVAILABLE, SKIP_UNCERTAIN, SKIP_EXISTS, SKIP_CONFLICT)

@@ -34,11 +34,12 @@ from leasecron.runtime._planning import (
     plan_claimed,
     plan_overtaken,
 )
-from leasecron.runtime._services import MISSED_LATE, RecordMode, Services
+from leasecron.runtime._services import Services
 from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs, staying
 from leasecron.runtime._shard_leases import RetiredShards
 from leasecron.runtime._shardfences import RunFence, run_fence
+from leasecron.runtime._tick_records import MISSED_LATE, RecordMode
 from leasecron.runtime._timeouts import stop_grace
 
 _log = get_logger("leasecron.runtime.shards")

@@ -27,11 +27,12 @@ from leasecron.models.shards import ShardRef, due_at
 from leasecron.models.specs import Bucket, CatchUpPolicy, ScheduledJob
 from leasecron.models.vocabulary import SkipReason
 from leasecron.runtime._planning import NextTick, next_tick
-from leasecron.runtime._services import RecordMode, Services
+from leasecron.runtime._services import Services
 from leasecron.runtime._shard_claims import ShardClaims
 from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import JobEntry, ShardJobs
 from leasecron.runtime._shard_runs import ShardRuns
+from leasecron.runtime._tick_records import RecordMode
 
 _MAX_SLEEP = 30.0
 _PREPARE_S = 1.0

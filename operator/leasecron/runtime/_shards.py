@@ -63,7 +63,7 @@ from leasecron.models.groups import GroupState
 from leasecron.models.shards import ShardRef
 from leasecron.models.specs import ScheduledJob
 from leasecron.runtime._invoke import RunControl, StopReason
-from leasecron.runtime._services import MISSED_LATE, Services
+from leasecron.runtime._services import Services
 from leasecron.runtime._shard_claims import ShardClaims
 from leasecron.runtime._shard_group import ShardGroup
 from leasecron.runtime._shard_jobs import ShardJobs
@@ -72,6 +72,7 @@ from leasecron.runtime._shard_runs import _FRESH_MARGIN as _FRESH_MARGIN
 from leasecron.runtime._shard_runs import ShardRuns
 from leasecron.runtime._shard_runs import _unclaimed_before as _unclaimed_before
 from leasecron.runtime._shard_timer import ShardTimer
+from leasecron.runtime._tick_records import MISSED_LATE
 
 
 class ShardTicks:
