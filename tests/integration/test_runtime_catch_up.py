@@ -76,12 +76,9 @@ def test_missed_ticks_are_run_per_catch_up_policy_and_the_rest_recorded_missed(
     job, scheduler = _start_ahead(kube, kube_api, namespace, capture, policy=policy)
     try:
         assert capture.wait_calls(runs_missed + 1)
-        # The on-time tick runs first (it has a deadline to keep), then the catch-up runs.
-        claimed = capture.contexts[0].tick
-        between = Schedule.parse("@every 1s").ticks_between(
-            created(job), claimed - timedelta(microseconds=1), limit=100
-        )
-        names = {jobrun_name("job", tick) for tick in [*between, claimed]}
+        newest = capture.contexts[0].tick  # the first claim's instant is at or before it
+        every = Schedule.parse("@every 1s").ticks_between(created(job), newest, limit=100)
+        names = {jobrun_name("job", tick) for tick in every}
         runs = wait_for_jobruns(
             kube_api,
             namespace=namespace,
@@ -91,17 +88,29 @@ def test_missed_ticks_are_run_per_catch_up_policy_and_the_rest_recorded_missed(
         )
     finally:
         scheduler.stop()
-    # The next scheduled ticks may start beside the catch-up runs (concurrencyPolicy Allow):
-    # of the ticks up to the claimed one, the claimed one started first.
-    ran = [ctx.tick for ctx in capture.contexts if ctx.tick <= claimed][: runs_missed + 1]
-    assert ran == [claimed, *between[len(between) - runs_missed :]]
-    assert sum(rule.hits for rule in fault_plan(kube).rules) == failed_reads
+    # Every tick since the job's creation is recorded under the first claim's token: its
+    # instant (the newest of them), the catch-up runs and the Missed rest.
+    first = min(ctx.token for ctx in capture.contexts if ctx.token is not None)
+    claimed_with = sorted(
+        parse_tick(r["spec"]["tick"]) for r in runs if r["spec"].get("fencingToken") == first
+    )
+    instant, between = claimed_with[-1], claimed_with[:-1]
+    assert between == every[: len(between)] and len(between) >= 5, claimed_with
+    caught_up = between[len(between) - runs_missed :]
     seen = outcomes(runs)
-    assert len(between) >= 5
     for tick in between[: len(between) - runs_missed]:
         assert seen[jobrun_name("job", tick)] == "Missed"
-    for tick in ran:
+    for tick in caught_up:
         assert seen[jobrun_name("job", tick)] == "Succeeded"
+    # The claimed instant runs first (it has a deadline to keep), then the catch-up runs; on
+    # a loaded machine it may have been too late to start (recorded Missed, as the next test
+    # makes it), and the catch-up runs planned with it still run.
+    ran = [ctx.tick for ctx in capture.contexts if ctx.token == first]
+    if seen[jobrun_name("job", instant)] == "Succeeded":
+        assert ran == [instant, *caught_up]
+    else:
+        assert seen[jobrun_name("job", instant)] == "Missed" and ran == caught_up
+    assert sum(rule.hits for rule in fault_plan(kube).rules) == failed_reads
 
 
 def test_a_claimed_tick_that_cannot_start_in_time_still_runs_the_catch_up_planned_with_it(
