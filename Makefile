@@ -8,6 +8,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SECONDS ?= 60
 PYTEST_ARGS ?=
+# `make test` runs the suite on this many pytest-xdist workers, each with its own control plane
+# (most cases wait on ticks, not on the CPU); the cases of the one host node, of images and of
+# kind share one worker (xdist_group "host"). PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 IMAGE ?= leasecron/operator:dev
 LOCK_ARGS ?=
 PYTHON_IMAGE ?=
@@ -61,14 +65,14 @@ test: venv controlplane node stores
 	$(BIN)/lint-imports
 	@bash e2e/tools/actionlint.sh
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 integration: venv controlplane node stores
-	$(BIN)/pytest tests/integration e2e $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup tests/integration e2e $(PYTEST_ARGS)
 
 demo: venv controlplane
 	$(BIN)/leasecron demo --seconds $(SECONDS)
