@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,10 @@ def test_a_node_runs_a_pod_and_stops_leaving_nothing_behind() -> None:
     stopped = time.monotonic() - started - running
     print(f"node Ready {ready:.1f} s, pod Ready {running:.1f} s, stopped in {stopped:.1f} s")
     assert node.leftovers() == []
-    assert host_state() == before
+    after = host_state()
+    appeared = Counter(after["mounts"]) - Counter(before["mounts"])  # type: ignore[arg-type]
+    vanished = Counter(before["mounts"]) - Counter(after["mounts"])  # type: ignore[arg-type]
+    assert after == before, f"mounts appeared: {sorted(appeared)}, vanished: {sorted(vanished)}"
     assert not work.exists()
 
 
