@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.kind,
     pytest.mark.e2e,
     pytest.mark.timeout(900),
-    pytest.mark.xdist_group("host"),
+    pytest.mark.host,
 ]
 
 KIND_VERSION = "v0.33.0"
