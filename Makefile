@@ -8,15 +8,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SECONDS ?= 60
 PYTEST_ARGS ?=
-# `make test` runs the suite on this many pytest-xdist workers, each with its own control plane
-# (most cases wait on ticks, not on the CPU), then the cases marked `host` (the machine's one
-# node, podman, kind) in one process, alone. PYTEST_WORKERS=0 runs the first part in one process.
+# `make test` runs the unit and integration cases on this many pytest-xdist workers, each with
+# its own control plane (most of them wait on ticks, not on the CPU), then the e2e cases in one
+# process, alone: they run replicas as processes, the machine's one node, podman and the chaos
+# bench, load the machine and check its state. PYTEST_WORKERS=0: the first part in one process.
 PYTEST_WORKERS ?= 2
 # Both parts run; either failing fails the target. pytest's exit code 5 is "no case selected"
 # (PYTEST_ARGS naming cases of one part only).
 PYTEST_PARTS = failed=0; \
-	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not host" $(1) || [ $$? -eq 5 ] || failed=1; \
-	$(BIN)/pytest -m host $(1) || [ $$? -eq 5 ] || failed=1; \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not e2e" $(1) || [ $$? -eq 5 ] || failed=1; \
+	$(BIN)/pytest -m e2e $(1) || [ $$? -eq 5 ] || failed=1; \
 	exit $$failed
 IMAGE ?= leasecron/operator:dev
 LOCK_ARGS ?=

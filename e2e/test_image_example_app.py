@@ -27,7 +27,7 @@ from _images import NEEDS_IMAGE, Running, apply_rbac, engine_and_image_or_skip, 
 from leasecron.models.names import GROUP, JOBRUN_PLURAL, LABEL_JOB, VERSION, job_lease_name
 from leasecron.testing import ControlPlane, find_assets, poll
 
-pytestmark = [pytest.mark.e2e, NEEDS_IMAGE, pytest.mark.host]
+pytestmark = [pytest.mark.e2e, NEEDS_IMAGE]
 EXAMPLE_APP = ROOT / "examples" / "app"
 
 

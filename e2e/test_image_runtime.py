@@ -14,7 +14,7 @@ import pytest
 
 from _operator_image import OperatorImage, operator_image
 
-pytestmark = [pytest.mark.e2e, pytest.mark.host]
+pytestmark = pytest.mark.e2e
 
 IDENTITY = (
     "from kopf._core.engines.peering import detect_own_id; "

@@ -46,7 +46,7 @@ from leasecron.models.names import (
 from leasecron.testing import ControlPlane, find_assets, free_port, poll
 from leasecron.testing.handlers import scheduled_job
 
-pytestmark = [pytest.mark.e2e, NEEDS_IMAGE, pytest.mark.host]
+pytestmark = [pytest.mark.e2e, NEEDS_IMAGE]
 ELECTION = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
 
 

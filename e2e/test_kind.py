@@ -27,12 +27,7 @@ from _operator_image import operator_image
 from _real_pod_tests import *  # noqa: F403 (the shared tests, run on this module's cluster)
 from leasecron.testing import cache_dir, find_assets
 
-pytestmark = [
-    pytest.mark.kind,
-    pytest.mark.e2e,
-    pytest.mark.timeout(900),
-    pytest.mark.host,
-]
+pytestmark = [pytest.mark.kind, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 KIND_VERSION = "v0.33.0"
 # The v1.36 node image built for kind v0.33.0 (kind requires the digest of its own release).

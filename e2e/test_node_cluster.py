@@ -20,7 +20,7 @@ from leasecron.testing import (
     poll,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.host]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 POD = """

@@ -23,7 +23,7 @@ from _operator_image import operator_image
 from _real_pod_tests import *  # noqa: F403 (the shared tests, run on this module's cluster)
 from leasecron.testing import NodeCluster, ensure_assets, missing_node_prerequisites
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.host]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 # What a test run cannot build for itself: only these make the tests skip.
 CANNOT_EXIST = ("root", "a NodeCluster needs Linux", "host tools", "the CNI plugins", "the overlay")

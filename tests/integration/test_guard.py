@@ -563,6 +563,38 @@ def test_a_job_guards_body_never_starts_after_its_ticks_start_by_and_the_run_is_
     assert "startingDeadline" in record["status"]["message"]
 
 
+def test_a_job_guard_whose_run_record_is_not_confirmed_runs_no_body_and_records_the_tick_missed(
+    kube_api: ApiClient, kubes: list[Kube], namespace: str
+) -> None:
+    """The create of the tick's JobRun lands but its reply is lost, and the read-back fails:
+    the body does not run, the grant is released (another replica claims the next tick at
+    once), and the record that landed Running is finished Missed by the record writer."""
+    apply_job(kube_api, namespace, "report", schedule="@every 1s", startingDeadline="30s")
+    solo, other = (
+        Guard("report", job="report", namespace=namespace, kube=kubes[i], identity=f"r{i}")
+        for i in range(2)
+    )
+    first, second = recent_ticks(2)
+    plan = fault_plan(kubes[0])
+    plan.add(Fault(action="lose_reply", verb="create", resource="jobruns", times=1))
+    plan.add(Fault(action="fail", verb="get", resource="jobruns", times=1))
+    bodies = []
+    with solo.claim(tick=first) as run:
+        if run:
+            bodies.append(run.tick)
+    assert (run.ran, run.reason, bodies) == (False, "record_failed", [])
+    assert [rule.hits for rule in plan.rules] == [1, 1]
+
+    def outcome() -> str:
+        return run_record(kube_api, namespace, "report", first)["status"]["outcome"]
+
+    poll(lambda: outcome() == "Missed", timeout=20, what="the unconfirmed run recorded Missed")
+    record = run_record(kube_api, namespace, "report", first)
+    assert "could not be confirmed" in record["status"]["message"]
+    with other.claim(tick=second) as later:
+        assert later, later.reason
+
+
 def test_a_job_guard_on_a_single_owner_job_is_refused_naming_spec_bucket(
     kube_api: ApiClient, kubes: list[Kube], namespace: str
 ) -> None:
